@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The README's demo command, and the other examples, must keep running.
+. "$(dirname "$0")/lib.sh"
+for ex in examples/*.rs; do
+  name=$(basename "$ex" .rs)
+  case "$name" in
+    shadow) step "example $name" cargo run --release --example shadow -- --keys 1000 --ops 200000 --threads 4 --max-ttl-ms 20 --seed 1 ;;
+    *) step "example $name" cargo run --release --example "$name" ;;
+  esac
+done

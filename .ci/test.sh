@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# The README's test command, verbatim.
+. "$(dirname "$0")/lib.sh"
+step test cargo test --release

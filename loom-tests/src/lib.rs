@@ -1,0 +1,22 @@
+//! loom models for expiremap live in `tests/`; see README.md.
+//!
+//! Every model is also an ordinary test: without `--cfg expiremap_loom`,
+//! [`model`] runs the closure once on real threads.
+
+/// Runs `f` under loom when built with `--cfg expiremap_loom`, else once.
+pub fn model<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    #[cfg(expiremap_loom)]
+    loom::model(f);
+    #[cfg(not(expiremap_loom))]
+    f();
+}
+
+/// Thread spawn that matches the model: loom's under loom, std's otherwise.
+#[cfg(expiremap_loom)]
+pub use loom::thread;
+/// Thread spawn that matches the model: loom's under loom, std's otherwise.
+#[cfg(not(expiremap_loom))]
+pub use std::thread;

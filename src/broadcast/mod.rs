@@ -1,0 +1,1 @@
+//! The reader-generation broadcast area (in progress).

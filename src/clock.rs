@@ -1,0 +1,257 @@
+//! Time: the [`Clock`] trait, the real [`SystemClock`] and the virtual
+//! [`ManualClock`].
+//!
+//! # Ground rules
+//!
+//! * A clock reads monotonic nanoseconds since its own origin as a `u64`
+//!   (about 584 years of range). Nothing else in the crate reads the time.
+//! * A clock never goes back. If a user `Clock` does anyway, the map treats
+//!   the earlier reading as "no time has passed": it never un-expires an
+//!   entry it already evicted, and never evicts early.
+//! * A clock that does not advance on its own ([`Clock::is_real_time`] is
+//!   `false`) must call the wakers given to [`Clock::watch`] whenever it moves,
+//!   so that eviction threads follow virtual time without real sleeps.
+
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// A source of monotonic time, in nanoseconds since the clock's origin.
+///
+/// ```
+/// use expiremap::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// assert_eq!(clock.now(), 0);
+/// clock.advance(Duration::from_millis(3));
+/// assert_eq!(clock.now(), 3_000_000);
+/// ```
+pub trait Clock: Send + Sync + 'static {
+    /// Nanoseconds since the clock's origin. Must never decrease.
+    fn now(&self) -> u64;
+
+    /// `true` if time passes on its own (the eviction thread may sleep for a
+    /// real duration); `false` for virtual clocks, which wake watchers instead.
+    fn is_real_time(&self) -> bool {
+        true
+    }
+
+    /// Registers `wake`, to be called after every change of a virtual clock.
+    /// Returns a key for [`Clock::unwatch`], or `None` if the clock never
+    /// calls wakers (real-time clocks). The default does nothing.
+    fn watch(&self, wake: Box<dyn Fn() + Send + Sync>) -> Option<u64> {
+        drop(wake);
+        None
+    }
+
+    /// Removes a waker registered by [`Clock::watch`].
+    fn unwatch(&self, key: u64) {
+        let _ = key;
+    }
+}
+
+/// The default clock: the operating system's monotonic clock, via
+/// [`std::time::Instant`].
+///
+/// `Instant` was measured against `quanta` (TSC-based) in
+/// `benches/benches/clock.rs`; see BENCHMARKS.md for the numbers and the
+/// reason it stays the default.
+#[derive(Clone, Copy, Debug)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl SystemClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        // Saturates after ~584 years instead of wrapping.
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Virtual time for tests and simulations.
+///
+/// Clones share one time. Time only moves forward, by [`ManualClock::advance`],
+/// and every advance wakes the eviction thread of each map built on this clock,
+/// so background eviction follows virtual time deterministically.
+///
+/// ```
+/// use expiremap::{ExpireMap, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let map = ExpireMap::<&str, u32>::builder()
+///     .clock(clock.clone())
+///     .background_eviction(false)
+///     .build();
+/// map.put("a", 1, Duration::from_millis(10));
+/// clock.advance(Duration::from_millis(10));
+/// assert_eq!(map.get("a"), Some(1)); // the deadline is inclusive
+/// clock.advance(Duration::from_nanos(1));
+/// assert_eq!(map.get("a"), None);
+/// ```
+#[derive(Clone)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+struct ManualInner {
+    now: AtomicU64,
+    watchers: Mutex<Watchers>,
+}
+
+#[derive(Default)]
+struct Watchers {
+    next_key: u64,
+    list: Vec<(u64, Box<dyn Fn() + Send + Sync>)>,
+}
+
+impl ManualClock {
+    /// A virtual clock at time 0.
+    pub fn new() -> Self {
+        Self::starting_at(0)
+    }
+
+    /// A virtual clock at `nanos` nanoseconds.
+    pub fn starting_at(nanos: u64) -> Self {
+        Self {
+            inner: Arc::new(ManualInner {
+                now: AtomicU64::new(nanos),
+                watchers: Mutex::new(Watchers::default()),
+            }),
+        }
+    }
+
+    /// Moves time forward by `by` (saturating at `u64::MAX` nanoseconds) and
+    /// wakes every watcher.
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let mut cur = self.inner.now.load(Ordering::Acquire);
+        loop {
+            let next = cur.saturating_add(by);
+            match self.inner.now.compare_exchange_weak(
+                cur,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(seen) => cur = seen,
+            }
+        }
+        let watchers = self.inner.watchers.lock();
+        for (_, wake) in &watchers.list {
+            wake();
+        }
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now", &self.now())
+            .finish()
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.inner.now.load(Ordering::Acquire)
+    }
+
+    fn is_real_time(&self) -> bool {
+        false
+    }
+
+    fn watch(&self, wake: Box<dyn Fn() + Send + Sync>) -> Option<u64> {
+        let mut w = self.inner.watchers.lock();
+        let key = w.next_key;
+        w.next_key += 1;
+        w.list.push((key, wake));
+        Some(key)
+    }
+
+    fn unwatch(&self, key: u64) {
+        let removed = {
+            let mut w = self.inner.watchers.lock();
+            w.list
+                .iter()
+                .position(|(k, _)| *k == key)
+                .map(|i| w.list.swap_remove(i))
+        };
+        // The waker is dropped outside the lock.
+        drop(removed);
+    }
+}
+
+#[cfg(all(test, not(expiremap_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn manual_clock_clones_share_time_and_saturate() {
+        let a = ManualClock::starting_at(u64::MAX - 5);
+        let b = a.clone();
+        a.advance(Duration::from_nanos(3));
+        assert_eq!(b.now(), u64::MAX - 2);
+        b.advance(Duration::from_secs(1));
+        assert_eq!(a.now(), u64::MAX);
+        a.advance(Duration::MAX);
+        assert_eq!(a.now(), u64::MAX);
+    }
+
+    #[test]
+    fn manual_clock_wakes_watchers_until_unwatched() {
+        let clock = ManualClock::new();
+        let hits = std::sync::Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let key = clock
+            .watch(Box::new(move || {
+                h.fetch_add(1, Ordering::SeqCst);
+            }))
+            .unwrap();
+        clock.advance(Duration::from_millis(1));
+        clock.advance(Duration::ZERO);
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+        clock.unwatch(key);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn system_clock_is_monotonic() {
+        let c = SystemClock::new();
+        let mut last = c.now();
+        for _ in 0..1000 {
+            let t = c.now();
+            assert!(t >= last);
+            last = t;
+        }
+        assert!(c.is_real_time());
+        assert_eq!(c.watch(Box::new(|| {})), None);
+    }
+}

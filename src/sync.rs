@@ -1,0 +1,161 @@
+//! The one shim for every synchronization primitive.
+//!
+//! Nothing else in the crate names `std::sync`, `std::thread`, `parking_lot`
+//! or `loom`. Under `--cfg expiremap_loom` every primitive switches to its
+//! loom model, so the `loom-tests` crate explores the real protocols.
+//!
+//! The locks expose `parking_lot`'s non-poisoning API in both builds
+//! (`lock()` returns the guard, `Condvar::wait(&mut guard)`), as tokio's
+//! `loom/mocked.rs` does for loom's std-shaped locks.
+
+#![allow(dead_code, unused_imports)]
+
+pub(crate) use crossbeam_utils::CachePadded;
+
+#[cfg(not(expiremap_loom))]
+mod imp {
+    pub(crate) use parking_lot::{
+        Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    };
+    pub(crate) use std::hint::spin_loop;
+    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
+    pub(crate) use std::thread;
+
+    /// `UnsafeCell` with loom's closure-based access API.
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        #[inline(always)]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+
+    /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.
+    pub(crate) const TIMED_WAITS: bool = true;
+}
+
+#[cfg(expiremap_loom)]
+mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
+    pub(crate) use loom::hint::spin_loop;
+    pub(crate) use loom::sync::Arc;
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
+    pub(crate) use loom::thread;
+    use std::ops::{Deref, DerefMut};
+    use std::time::Duration;
+
+    /// loom's mutex behind parking_lot's API.
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    /// Guard of [`Mutex`]; the `Option` lets `Condvar::wait` take it by `&mut`.
+    #[derive(Debug)]
+    pub(crate) struct MutexGuard<'a, T>(Option<loom::sync::MutexGuard<'a, T>>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::Mutex::new(value))
+        }
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            MutexGuard(Some(self.0.lock().unwrap()))
+        }
+        pub(crate) fn into_inner(self) -> T {
+            self.0.into_inner().unwrap()
+        }
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap()
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0.as_ref().unwrap()
+        }
+    }
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.0.as_mut().unwrap()
+        }
+    }
+
+    /// loom's condition variable behind parking_lot's API.
+    #[derive(Debug)]
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    /// Mirrors `parking_lot::WaitTimeoutResult`.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct WaitTimeoutResult(bool);
+    impl WaitTimeoutResult {
+        pub(crate) fn timed_out(self) -> bool {
+            self.0
+        }
+    }
+
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Self(loom::sync::Condvar::new())
+        }
+        pub(crate) fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
+            let g = guard.0.take().unwrap();
+            guard.0 = Some(self.0.wait(g).unwrap());
+        }
+        /// loom has no time: a timed wait is an untimed wait that may also
+        /// wake spuriously, which every caller must tolerate anyway.
+        pub(crate) fn wait_for<T>(
+            &self,
+            guard: &mut MutexGuard<'_, T>,
+            _timeout: Duration,
+        ) -> WaitTimeoutResult {
+            self.wait(guard);
+            WaitTimeoutResult(false)
+        }
+        pub(crate) fn notify_one(&self) -> bool {
+            self.0.notify_one();
+            true
+        }
+        pub(crate) fn notify_all(&self) -> usize {
+            self.0.notify_all();
+            0
+        }
+    }
+
+    /// loom's rwlock behind parking_lot's API.
+    #[derive(Debug)]
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+    pub(crate) type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
+    pub(crate) type RwLockWriteGuard<'a, T> = loom::sync::RwLockWriteGuard<'a, T>;
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::RwLock::new(value))
+        }
+        pub(crate) fn read(&self) -> RwLockReadGuard<'_, T> {
+            self.0.read().unwrap()
+        }
+        pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap()
+        }
+    }
+
+    /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.
+    pub(crate) const TIMED_WAITS: bool = false;
+}
+
+pub(crate) use imp::*;

@@ -1,0 +1,1 @@
+//! The XOR-order timeout index (in progress).
