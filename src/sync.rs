@@ -46,6 +46,27 @@ mod imp {
 
     /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.
     pub(crate) const TIMED_WAITS: bool = true;
+
+    /// A read lock that does not queue behind waiting writers, so a thread
+    /// that already holds a read lock (via user code re-entering) cannot
+    /// deadlock against a writer.
+    #[inline]
+    pub(crate) fn read_recursive<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+        lock.read_recursive()
+    }
+
+    /// Spawns a named thread.
+    pub(crate) fn spawn_named<F>(name: &str, f: F) -> std::io::Result<thread::JoinHandle<()>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        thread::Builder::new().name(name.to_owned()).spawn(f)
+    }
+
+    /// Cores available to this process (1 if unknown).
+    pub(crate) fn available_parallelism() -> usize {
+        thread::available_parallelism().map_or(1, usize::from)
+    }
 }
 
 #[cfg(expiremap_loom)]
@@ -156,6 +177,24 @@ mod imp {
 
     /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.
     pub(crate) const TIMED_WAITS: bool = false;
+
+    /// loom's rwlock has no writer preference to worry about.
+    pub(crate) fn read_recursive<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+        lock.read()
+    }
+
+    /// loom threads have no names.
+    pub(crate) fn spawn_named<F>(_name: &str, f: F) -> std::io::Result<thread::JoinHandle<()>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        Ok(thread::spawn(f))
+    }
+
+    /// One core: keeps loom models small.
+    pub(crate) fn available_parallelism() -> usize {
+        1
+    }
 }
 
 pub(crate) use imp::*;

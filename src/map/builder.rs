@@ -1,0 +1,302 @@
+//! [`Builder`] and [`BuildError`].
+
+use super::{ExpireMap, Time};
+use crate::clock::{Clock, SystemClock};
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+use std::time::Duration;
+
+/// Default pause between eviction passes.
+pub const DEFAULT_EVICTION_INTERVAL: Duration = Duration::from_millis(4);
+/// Default timer precision (how late eviction may be beyond the interval).
+pub const DEFAULT_PRECISION: Duration = Duration::from_millis(1);
+/// Default event ring capacity (allocated on the first `subscribe`).
+pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
+/// Default limit on simultaneous subscribers.
+pub const DEFAULT_MAX_SUBSCRIBERS: usize = 64;
+
+/// Most shards a map may have.
+pub const MAX_SHARDS: usize = 1 << 16;
+/// Shortest allowed eviction interval.
+pub const MIN_EVICTION_INTERVAL: Duration = Duration::from_micros(100);
+/// Finest allowed precision. (It also keeps the timer's tick arithmetic
+/// exact up to the largest deadline.)
+pub const MIN_PRECISION: Duration = Duration::from_micros(1);
+/// Longest allowed eviction interval or precision.
+pub const MAX_PERIOD: Duration = Duration::from_secs(3600);
+/// Largest event ring.
+pub const MAX_EVENT_CAPACITY: usize = 1 << 24;
+/// Most subscribers a map may allow.
+pub const MAX_SUBSCRIBERS: usize = 1 << 12;
+
+/// A setting rejected by [`Builder::try_build`]. The message names the
+/// setting, the value given and what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildError {
+    /// `shards` must be a power of two in `1..=MAX_SHARDS`.
+    Shards(usize),
+    /// `eviction_interval` must lie in `MIN_EVICTION_INTERVAL..=MAX_PERIOD`.
+    EvictionInterval(Duration),
+    /// `precision` must lie in `MIN_PRECISION..=MAX_PERIOD`.
+    Precision(Duration),
+    /// `event_capacity` must be a power of two in `1..=MAX_EVENT_CAPACITY`.
+    EventCapacity(usize),
+    /// `max_subscribers` must lie in `1..=MAX_SUBSCRIBERS`.
+    MaxSubscribers(usize),
+    /// The eviction thread could not be spawned.
+    Spawn(String),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Shards(n) => write!(
+                f,
+                "invalid shards: {n} (must be a power of two from 1 to {MAX_SHARDS})"
+            ),
+            Self::EvictionInterval(d) => write!(
+                f,
+                "invalid eviction_interval: {d:?} (must be from {MIN_EVICTION_INTERVAL:?} to {MAX_PERIOD:?})"
+            ),
+            Self::Precision(d) => write!(
+                f,
+                "invalid precision: {d:?} (must be from {MIN_PRECISION:?} to {MAX_PERIOD:?})"
+            ),
+            Self::EventCapacity(n) => write!(
+                f,
+                "invalid event_capacity: {n} (must be a power of two from 1 to {MAX_EVENT_CAPACITY})"
+            ),
+            Self::MaxSubscribers(n) => write!(
+                f,
+                "invalid max_subscribers: {n} (must be from 1 to {MAX_SUBSCRIBERS})"
+            ),
+            Self::Spawn(e) => write!(f, "could not spawn the eviction thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Validated settings, shared by the map and its eviction thread.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) shards: usize,
+    pub(crate) interval: u64,
+    pub(crate) precision: u64,
+    pub(crate) event_capacity: usize,
+    pub(crate) max_subscribers: usize,
+    pub(crate) publish_removals: bool,
+    pub(crate) notify_on_shutdown: bool,
+    pub(crate) background_eviction: bool,
+}
+
+/// Configures an [`ExpireMap`]. From [`ExpireMap::builder`].
+///
+/// ```
+/// use expiremap::{ExpireMap, ManualClock};
+/// use std::time::Duration;
+///
+/// let map = ExpireMap::<u64, u64>::builder()
+///     .clock(ManualClock::new())
+///     .shards(8)
+///     .eviction_interval(Duration::from_millis(4))
+///     .precision(Duration::from_millis(1))
+///     .event_capacity(1 << 16)
+///     .max_subscribers(64)
+///     .publish_removals(true)
+///     .notify_on_shutdown(true)
+///     .background_eviction(true)
+///     .try_build()?;
+/// # drop(map);
+/// # Ok::<(), expiremap::BuildError>(())
+/// ```
+pub struct Builder<K, V, S = ahash::RandomState> {
+    shards: Option<usize>,
+    interval: Duration,
+    precision: Duration,
+    clock: Option<Time>,
+    hasher: S,
+    event_capacity: usize,
+    max_subscribers: usize,
+    publish_removals: bool,
+    notify_on_shutdown: bool,
+    background_eviction: bool,
+    _marker: PhantomData<fn(K, V)>,
+}
+
+impl<K, V> Builder<K, V> {
+    pub(crate) fn new() -> Self {
+        Self {
+            shards: None,
+            interval: DEFAULT_EVICTION_INTERVAL,
+            precision: DEFAULT_PRECISION,
+            clock: None,
+            hasher: ahash::RandomState::new(),
+            event_capacity: DEFAULT_EVENT_CAPACITY,
+            max_subscribers: DEFAULT_MAX_SUBSCRIBERS,
+            publish_removals: false,
+            notify_on_shutdown: true,
+            background_eviction: true,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<K, V, S> Builder<K, V, S> {
+    /// Number of shards (a power of two). Default: four per available core,
+    /// rounded up to a power of two.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    /// Least time between two eviction passes (default 4 ms).
+    pub fn eviction_interval(mut self, d: Duration) -> Self {
+        self.interval = d;
+        self
+    }
+
+    /// Timer granularity (default 1 ms): eviction happens at most one
+    /// precision after the first pass at or after the deadline.
+    pub fn precision(mut self, d: Duration) -> Self {
+        self.precision = d;
+        self
+    }
+
+    /// The clock (default [`SystemClock`]); use a
+    /// [`ManualClock`](crate::ManualClock) for deterministic tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Time::new(clock));
+        self
+    }
+
+    /// The hasher (default `ahash::RandomState`).
+    pub fn hasher<S2>(self, hasher: S2) -> Builder<K, V, S2> {
+        Builder {
+            shards: self.shards,
+            interval: self.interval,
+            precision: self.precision,
+            clock: self.clock,
+            hasher,
+            event_capacity: self.event_capacity,
+            max_subscribers: self.max_subscribers,
+            publish_removals: self.publish_removals,
+            notify_on_shutdown: self.notify_on_shutdown,
+            background_eviction: self.background_eviction,
+            _marker: PhantomData,
+        }
+    }
+
+    /// Capacity of the event ring (a power of two, default 1024). A
+    /// subscriber more than this many events behind loses the oldest ones and
+    /// is told how many.
+    pub fn event_capacity(mut self, n: usize) -> Self {
+        self.event_capacity = n;
+        self
+    }
+
+    /// Most subscribers at once (default 64).
+    pub fn max_subscribers(mut self, n: usize) -> Self {
+        self.max_subscribers = n;
+        self
+    }
+
+    /// Also publish `Removed` and `Replaced` events (default `false`).
+    pub fn publish_removals(mut self, on: bool) -> Self {
+        self.publish_removals = on;
+        self
+    }
+
+    /// Publish every entry still held at drop as `Shutdown` (or `Expired`,
+    /// if past its deadline) when subscribers exist (default `true`).
+    pub fn notify_on_shutdown(mut self, on: bool) -> Self {
+        self.notify_on_shutdown = on;
+        self
+    }
+
+    /// Run a background eviction thread (default `true`). Without it, call
+    /// [`ExpireMap::evict_expired`] yourself, guided by
+    /// [`ExpireMap::next_expiry`]. Reads are exact either way.
+    pub fn background_eviction(mut self, on: bool) -> Self {
+        self.background_eviction = on;
+        self
+    }
+
+    fn config(&self) -> Result<Config, BuildError> {
+        let shards = match self.shards {
+            Some(n) => n,
+            None => (crate::sync::available_parallelism() * 4).next_power_of_two(),
+        };
+        if shards == 0 || shards > MAX_SHARDS || !shards.is_power_of_two() {
+            return Err(BuildError::Shards(shards));
+        }
+        if !(MIN_EVICTION_INTERVAL..=MAX_PERIOD).contains(&self.interval) {
+            return Err(BuildError::EvictionInterval(self.interval));
+        }
+        if !(MIN_PRECISION..=MAX_PERIOD).contains(&self.precision) {
+            return Err(BuildError::Precision(self.precision));
+        }
+        let cap = self.event_capacity;
+        if cap == 0 || cap > MAX_EVENT_CAPACITY || !cap.is_power_of_two() {
+            return Err(BuildError::EventCapacity(cap));
+        }
+        if !(1..=MAX_SUBSCRIBERS).contains(&self.max_subscribers) {
+            return Err(BuildError::MaxSubscribers(self.max_subscribers));
+        }
+        Ok(Config {
+            shards,
+            interval: self.interval.as_nanos() as u64,
+            precision: self.precision.as_nanos() as u64,
+            event_capacity: cap,
+            max_subscribers: self.max_subscribers,
+            publish_removals: self.publish_removals,
+            notify_on_shutdown: self.notify_on_shutdown,
+            background_eviction: self.background_eviction,
+        })
+    }
+}
+
+impl<K, V, S> Builder<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// Builds the map, or says which setting is invalid.
+    pub fn try_build(mut self) -> Result<ExpireMap<K, V, S>, BuildError> {
+        let config = self.config()?;
+        let clock = self
+            .clock
+            .take()
+            .unwrap_or_else(|| Time::new(SystemClock::new()));
+        ExpireMap::from_parts(config, clock, self.hasher)
+    }
+
+    /// Builds the map.
+    ///
+    /// # Panics
+    ///
+    /// If a setting is invalid, with the message of [`try_build`](Self::try_build)'s error.
+    pub fn build(self) -> ExpireMap<K, V, S> {
+        match self.try_build() {
+            Ok(map) => map,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+impl<K, V, S> fmt::Debug for Builder<K, V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("shards", &self.shards)
+            .field("eviction_interval", &self.interval)
+            .field("precision", &self.precision)
+            .field("event_capacity", &self.event_capacity)
+            .field("max_subscribers", &self.max_subscribers)
+            .field("publish_removals", &self.publish_removals)
+            .field("notify_on_shutdown", &self.notify_on_shutdown)
+            .field("background_eviction", &self.background_eviction)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,139 @@
+//! The background eviction thread and how others wake it.
+//!
+//! # Protocol
+//!
+//! The thread alternates *plan*, *wait*, *pass*:
+//!
+//! 1. **Plan.** It stores `planned = NONE_PLANNED` ("every put must kick"),
+//!    then reads each shard's next wake-up under its read lock and sets
+//!    `target = max(earliest wake-up, last pass + interval)` (or never, for an
+//!    empty map). Under the state mutex it stores `planned = target`.
+//! 2. **Wait** on the condvar until `now >= target`, a kick, or shutdown. A
+//!    kick leads back to *plan* (no pass); reaching `target` leads to *pass*.
+//!    With a virtual clock it waits without a timeout: the clock's `advance`
+//!    notifies it.
+//! 3. **Pass.** Evicts everything due, shard by shard, in bounded batches
+//!    that release the shard lock between them.
+//!
+//! A writer whose new eviction time is earlier than `planned` kicks the
+//! thread (sets `kicked` under the mutex and notifies). It reads `planned`
+//! *inside* the shard's write lock. So either the thread's plan-time read of
+//! that shard comes after the write (and sees the entry), or the writer's read
+//! of `planned` comes after the plan's store of `NONE_PLANNED` (lock order
+//! makes it so) and sees `NONE_PLANNED` or the new target: no wake-up is lost.
+//! An idle map plans "never" and waits with no timeout: zero wake-ups.
+
+use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+use std::time::Duration;
+
+/// `planned` while the thread is (re)planning or has nothing planned: every
+/// new deadline is earlier, so every writer kicks.
+pub(crate) const NONE_PLANNED: u64 = u64::MAX;
+
+#[derive(Debug, Default)]
+struct State {
+    shutdown: bool,
+    kicked: bool,
+}
+
+/// Shared between the map, its thread and the clock's waker.
+#[derive(Debug)]
+pub(crate) struct Signal {
+    state: Mutex<State>,
+    cv: Condvar,
+    /// Clock time (ns) of the thread's next planned pass.
+    planned: AtomicU64,
+    /// Set once shutdown has begun; lets the thread skip work early.
+    stopping: AtomicBool,
+    /// Times the thread returned from a wait (for idle-cost checks).
+    pub(crate) wakeups: AtomicU64,
+    /// Passes made.
+    pub(crate) passes: AtomicU64,
+}
+
+/// Why a wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The planned time was reached: make a pass.
+    Due,
+    /// A writer brought a deadline earlier: plan again.
+    Kicked,
+    /// The map is shutting down.
+    Shutdown,
+}
+
+impl Signal {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            planned: AtomicU64::new(NONE_PLANNED),
+            stopping: AtomicBool::new(false),
+            wakeups: AtomicU64::new(0),
+            passes: AtomicU64::new(0),
+        }
+    }
+
+    /// Called inside a shard's write lock by a writer whose entry becomes
+    /// evictable at `evict_at` (clock ns): does the thread need a kick?
+    #[inline]
+    pub(crate) fn needs_kick(&self, evict_at: u64) -> bool {
+        evict_at < self.planned.load(Ordering::SeqCst)
+    }
+
+    /// Wakes the thread to plan again. Called after the shard lock is released.
+    pub(crate) fn kick(&self) {
+        let mut st = self.state.lock();
+        st.kicked = true;
+        self.cv.notify_one();
+    }
+
+    /// Wakes the thread to look at the clock again (virtual clocks).
+    pub(crate) fn time_changed(&self) {
+        let _st = self.state.lock();
+        self.cv.notify_one();
+    }
+
+    /// Asks the thread to stop, and wakes it.
+    pub(crate) fn shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let mut st = self.state.lock();
+        st.shutdown = true;
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Step 1a: every writer kicks until [`wait`](Self::wait) stores a target.
+    pub(crate) fn begin_plan(&self) {
+        self.planned.store(NONE_PLANNED, Ordering::SeqCst);
+    }
+
+    /// Step 2: publishes `target` and waits for it, a kick or shutdown.
+    /// `now` reads the clock; `real_time` says whether timed waits are real.
+    pub(crate) fn wait(&self, target: u64, real_time: bool, now: impl Fn() -> u64) -> Wake {
+        let mut st = self.state.lock();
+        self.planned.store(target, Ordering::SeqCst);
+        loop {
+            if st.shutdown {
+                return Wake::Shutdown;
+            }
+            if st.kicked {
+                st.kicked = false;
+                return Wake::Kicked;
+            }
+            let t = now();
+            if t >= target {
+                return Wake::Due;
+            }
+            if target == NONE_PLANNED || !real_time {
+                self.cv.wait(&mut st);
+            } else {
+                self.cv.wait_for(&mut st, Duration::from_nanos(target - t));
+            }
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,640 @@
+//! [`ExpireMap`]: sharded `RwLock` tables, each with its timer index, an
+//! optional eviction thread, and event subscriptions.
+//!
+//! # Ground rules
+//!
+//! * Each shard is one write-preferring `parking_lot::RwLock` over a
+//!   [`Shard`](shard::Shard) (hash table + timer wheel). `get`, `ttl` and
+//!   `contains_key` take the read lock; everything that changes an entry takes
+//!   the write lock.
+//! * The key's hash is computed before any lock is taken. Under a lock the
+//!   only user code is `Eq` (lookups) and `V::clone` (`get`); values that
+//!   leave the map are dropped, and events published, after the lock is
+//!   released. The eviction thread runs no user code under a lock at all, and
+//!   catches panics from user `Drop` code it runs.
+//! * The eviction thread and the shards meet only through
+//!   [`Signal`](evictor::Signal) (see its module for the wake-up protocol) and
+//!   the shard locks.
+//! * Events are built only when someone is subscribed; an unsubscribed map
+//!   never allocates the event ring.
+
+mod builder;
+mod event;
+mod evictor;
+mod shard;
+
+pub use builder::{
+    BuildError, Builder, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
+    DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS,
+    MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION,
+};
+pub use event::{Cause, Event, Subscriber};
+
+use crate::broadcast::{self, SubscribeError};
+use crate::clock::{Clock, SystemClock};
+use crate::sync::{self, Arc, AtomicBool, AtomicU64, CachePadded, Ordering, RwLock};
+use builder::Config;
+use evictor::{Signal, Wake};
+use shard::{Door, PutOutcome, Removed, Shard};
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+/// Entries evicted per shard-lock hold, so eviction never blocks readers and
+/// writers for long.
+const EVICT_BATCH: usize = 256;
+
+/// A concurrent map whose entries expire after a per-entry time to live.
+///
+/// See the [crate docs](crate) for the semantics, the eviction thread, events
+/// and memory cost.
+///
+/// ```
+/// use expiremap::ExpireMap;
+/// use std::time::Duration;
+///
+/// let map: ExpireMap<String, u64> = ExpireMap::new();
+/// assert_eq!(map.put("a".to_string(), 1, Duration::from_secs(60)), None);
+/// assert_eq!(map.get("a"), Some(1));
+/// assert_eq!(map.put("a".to_string(), 2, Duration::from_secs(60)), Some(1));
+/// assert_eq!(map.remove("a"), Some(2));
+/// assert!(map.is_empty());
+/// ```
+pub struct ExpireMap<K, V, S = ahash::RandomState> {
+    inner: Arc<Inner<K, V, S>>,
+    evictor: Option<sync::thread::JoinHandle<()>>,
+    watch_key: Option<u64>,
+}
+
+struct Inner<K, V, S> {
+    shards: Box<[CachePadded<RwLock<Shard<K, V>>>]>,
+    hasher: S,
+    clock: Time,
+    config: Config,
+    signal: Arc<Signal>,
+    events: Events<K, V>,
+    evicted: AtomicU64,
+    /// `Inner::shutdown`, captured where the trait bounds hold, so that the
+    /// bound-free `Drop` can call it.
+    finish: fn(&Inner<K, V, S>),
+}
+
+/// The clock, with the default clock called without dynamic dispatch.
+pub(crate) enum Time {
+    System(SystemClock),
+    /// A user clock, guarded so that a reading never goes below an earlier one.
+    Other {
+        clock: Box<dyn Clock>,
+        high: AtomicU64,
+    },
+}
+
+impl Time {
+    /// Wraps `clock`, recognising the default clock so that it is read
+    /// without dynamic dispatch or the monotonic guard.
+    pub(crate) fn new<C: Clock>(clock: C) -> Self {
+        match (&clock as &dyn std::any::Any).downcast_ref::<SystemClock>() {
+            Some(sys) => Time::System(*sys),
+            None => Time::Other {
+                high: AtomicU64::new(clock.now()),
+                clock: Box::new(clock),
+            },
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        match self {
+            Time::System(c) => c.now(),
+            Time::Other { clock, high } => {
+                let t = clock.now();
+                high.fetch_max(t, Ordering::Relaxed).max(t)
+            }
+        }
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        match self {
+            Time::System(c) => c,
+            Time::Other { clock, .. } => clock.as_ref(),
+        }
+    }
+}
+
+/// The lazily created event ring.
+struct Events<K, V> {
+    /// Set (never cleared) once a sender exists: a single load keeps the
+    /// unsubscribed map free of any event work.
+    created: AtomicBool,
+    sender: RwLock<Option<broadcast::Sender<Event<K, V>>>>,
+}
+
+impl<K, V> Events<K, V>
+where
+    K: Send + Sync,
+    V: Send + Sync,
+{
+    /// `true` if an event published now would reach someone.
+    #[inline]
+    fn listening(&self) -> bool {
+        self.created.load(Ordering::Acquire)
+            && sync::read_recursive(&self.sender)
+                .as_ref()
+                .is_some_and(|s| s.receiver_count() > 0)
+    }
+
+    fn publish(&self, events: impl IntoIterator<Item = Event<K, V>>) {
+        let guard = sync::read_recursive(&self.sender);
+        match guard.as_ref() {
+            Some(s) => events.into_iter().for_each(|e| s.send(e)),
+            None => drop(events.into_iter().count()),
+        }
+    }
+}
+
+/// Counters of a map's eviction work, from [`ExpireMap::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Entries evicted because their deadline passed (by the thread or
+    /// [`ExpireMap::evict_expired`]).
+    pub evicted: u64,
+    /// Eviction passes made by the background thread.
+    pub passes: u64,
+    /// Times the background thread woke from a wait. An idle map adds none.
+    pub wakeups: u64,
+}
+
+impl<K, V> ExpireMap<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// A map with the default settings and a background eviction thread.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A [`Builder`] with the default settings.
+    pub fn builder() -> Builder<K, V> {
+        Builder::new()
+    }
+}
+
+impl<K, V> Default for ExpireMap<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, V, S> ExpireMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    pub(crate) fn from_parts(config: Config, clock: Time, hasher: S) -> Result<Self, BuildError> {
+        let now = clock.now();
+        let shards = (0..config.shards)
+            .map(|_| CachePadded::new(RwLock::new(Shard::new(config.precision, now))))
+            .collect();
+        let background = config.background_eviction;
+        let inner = Arc::new(Inner {
+            shards,
+            hasher,
+            clock,
+            config,
+            signal: Arc::new(Signal::new()),
+            events: Events {
+                created: AtomicBool::new(false),
+                sender: RwLock::new(None),
+            },
+            evicted: AtomicU64::new(0),
+            finish: Inner::shutdown,
+        });
+        let mut map = Self {
+            inner,
+            evictor: None,
+            watch_key: None,
+        };
+        if background {
+            let signal = map.inner.signal.clone();
+            map.watch_key = map
+                .inner
+                .clock
+                .clock()
+                .watch(Box::new(move || signal.time_changed()));
+            let inner = map.inner.clone();
+            let handle = sync::spawn_named("expiremap-evictor", move || inner.run_evictor())
+                .map_err(|e| BuildError::Spawn(e.to_string()))?;
+            map.evictor = Some(handle);
+        }
+        Ok(map)
+    }
+
+    /// Inserts or overwrites `key` with `value`, live for `ttl` from now
+    /// (deadline inclusive). Returns the previous value if it was still live.
+    ///
+    /// A zero `ttl` is ignored: nothing changes and `None` is returned. A `ttl`
+    /// too large to represent saturates to the largest deadline. Overwriting
+    /// an entry already past its deadline hands the old value to the
+    /// `Expired` door (published as [`Cause::Expired`]) and returns `None`.
+    pub fn put(&self, key: K, value: V, ttl: Duration) -> Option<V> {
+        if ttl.is_zero() {
+            return None;
+        }
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(&key);
+        let now = inner.clock.now();
+        let deadline = now.saturating_add(nanos(ttl));
+        let (outcome, kick) = {
+            let mut shard = inner.shard(hash).write();
+            let outcome = shard.put(hash, key, value, deadline, now);
+            let evict_at = shard
+                .tick_for(deadline)
+                .saturating_mul(inner.config.precision);
+            (outcome, inner.signal.needs_kick(evict_at))
+        };
+        if kick && self.evictor.is_some() {
+            inner.signal.kick();
+        }
+        match outcome {
+            PutOutcome::Inserted => None,
+            PutOutcome::Overwrote(old) => inner.leave(old, now),
+        }
+    }
+
+    /// The value for `key` if it is live (`now <= deadline`).
+    #[inline]
+    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let now = inner.clock.now();
+        let shard = inner.shard(hash).read();
+        shard.get(hash, key, now).map(|e| e.value.clone())
+    }
+
+    /// The value for `key` and its remaining time to live, read together.
+    pub fn get_with_ttl<Q>(&self, key: &Q) -> Option<(V, Duration)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let now = inner.clock.now();
+        let shard = inner.shard(hash).read();
+        shard
+            .get(hash, key, now)
+            .map(|e| (e.value.clone(), Duration::from_nanos(e.deadline - now)))
+    }
+
+    /// The remaining time to live of a live entry.
+    pub fn ttl<Q>(&self, key: &Q) -> Option<Duration>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let now = inner.clock.now();
+        let shard = inner.shard(hash).read();
+        shard
+            .get(hash, key, now)
+            .map(|e| Duration::from_nanos(e.deadline - now))
+    }
+
+    /// `true` if `key` has a live entry.
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.ttl(key).is_some()
+    }
+
+    /// Removes `key`. Returns its value only if it was live; a value already
+    /// past its deadline leaves by the `Expired` door (published as
+    /// [`Cause::Expired`]) and `None` is returned. Racing the eviction of the
+    /// same entry, exactly one of the two gets the value.
+    pub fn remove<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let now = inner.clock.now();
+        let removed = inner.shard(hash).write().remove(hash, key, now)?;
+        inner.leave(removed, now)
+    }
+
+    /// Gives a live entry the new deadline `now + ttl`. Returns `false` (and
+    /// changes nothing) if the entry is absent or expired, or `ttl` is zero.
+    pub fn touch<Q>(&self, key: &Q, ttl: Duration) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if ttl.is_zero() {
+            return false;
+        }
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let now = inner.clock.now();
+        let deadline = now.saturating_add(nanos(ttl));
+        let (done, kick) = {
+            let mut shard = inner.shard(hash).write();
+            let done = shard.touch(hash, key, deadline, now);
+            let evict_at = shard
+                .tick_for(deadline)
+                .saturating_mul(inner.config.precision);
+            (done, done && inner.signal.needs_kick(evict_at))
+        };
+        if kick && self.evictor.is_some() {
+            inner.signal.kick();
+        }
+        done
+    }
+
+    /// Entries held, including those past their deadline but not yet evicted.
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(|s| s.read().len()).sum()
+    }
+
+    /// `true` if no entry is held (see [`len`](Self::len)).
+    pub fn is_empty(&self) -> bool {
+        self.inner.shards.iter().all(|s| s.read().len() == 0)
+    }
+
+    /// Removes every entry. Live ones leave by the `Removed` door (published
+    /// with `publish_removals`), expired ones by `Expired`.
+    pub fn clear(&self) {
+        let inner = &*self.inner;
+        for shard in inner.shards.iter() {
+            let now = inner.clock.now();
+            let taken = shard.write().take_all(now);
+            inner.drain_shard(taken, now, Cause::Removed);
+        }
+    }
+
+    /// Runs eviction now on the calling thread: evicts every entry that is
+    /// due when it starts (up to one precision after its deadline), in
+    /// bounded batches. Returns the number evicted.
+    pub fn evict_expired(&self) -> usize {
+        self.inner.evict_all(self.inner.clock.now())
+    }
+
+    /// `None` if the map is empty; otherwise how long until
+    /// [`evict_expired`](Self::evict_expired) has work. Advancing the clock by
+    /// it and then calling `evict_expired` always makes progress. A wake-up
+    /// hint for maps driven without the background thread.
+    pub fn next_expiry(&self) -> Option<Duration> {
+        let at = self.inner.next_wakeup()?;
+        Some(Duration::from_nanos(
+            at.saturating_sub(self.inner.clock.now()),
+        ))
+    }
+
+    /// A new reader of this map's events. It receives every event published
+    /// after this call. Fails if `max_subscribers` readers already exist.
+    pub fn subscribe(&self) -> Result<Subscriber<K, V>, SubscribeError> {
+        let events = &self.inner.events;
+        if let Some(s) = sync::read_recursive(&events.sender).as_ref() {
+            return s.subscribe().map(Subscriber::new);
+        }
+        let mut slot = events.sender.write();
+        let sender = match slot.as_ref() {
+            Some(s) => s,
+            None => {
+                let cfg = &self.inner.config;
+                let s = broadcast::Sender::new(cfg.event_capacity, cfg.max_subscribers)
+                    .expect("capacity and max_subscribers were validated by the builder");
+                events.created.store(true, Ordering::Release);
+                slot.insert(s)
+            }
+        };
+        sender.subscribe().map(Subscriber::new)
+    }
+
+    /// Counters of eviction work so far.
+    pub fn stats(&self) -> Stats {
+        let s = &self.inner.signal;
+        Stats {
+            evicted: self.inner.evicted.load(Ordering::Relaxed),
+            passes: s.passes.load(Ordering::Relaxed),
+            wakeups: s.wakeups.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<K, V, S> Inner<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    #[inline]
+    fn shard(&self, hash: u64) -> &RwLock<Shard<K, V>> {
+        // Bits 40.. pick the shard: hashbrown uses the low bits for the
+        // bucket and the top 7 for its control bytes.
+        let i = (hash >> 40) as usize & (self.shards.len() - 1);
+        &self.shards[i]
+    }
+
+    /// Hands a value that left by `old.door` to that door: returns it
+    /// (`Removed`, `Replaced`) or publishes it (`Expired`), publishing a
+    /// notification copy of returned values if `publish_removals` is on.
+    /// Runs after the shard lock is released.
+    fn leave(&self, old: Removed<K, V>, now: u64) -> Option<V> {
+        match old.door {
+            Door::Expired => {
+                if self.events.listening() {
+                    self.events.publish([Event::new(
+                        old.key,
+                        old.value,
+                        Cause::Expired,
+                        old.deadline,
+                        now,
+                    )]);
+                }
+                None
+            }
+            door => {
+                if self.config.publish_removals && self.events.listening() {
+                    let cause = if door == Door::Removed {
+                        Cause::Removed
+                    } else {
+                        Cause::Replaced
+                    };
+                    self.events.publish([Event::new(
+                        old.key,
+                        old.value.clone(),
+                        cause,
+                        old.deadline,
+                        now,
+                    )]);
+                }
+                Some(old.value)
+            }
+        }
+    }
+
+    /// Publishes (or drops) every entry of a shard taken out of the map, in
+    /// batches, outside every lock. Entries past their deadline leave as
+    /// `Expired`; live ones as `live` (`Removed` for `clear`, `Shutdown` at
+    /// drop), published only if that cause is enabled.
+    fn drain_shard(&self, shard: Shard<K, V>, now: u64, live: Cause) {
+        let listening = self.events.listening();
+        let publish_live = listening
+            && match live {
+                Cause::Shutdown => self.config.notify_on_shutdown,
+                _ => self.config.publish_removals,
+            };
+        let mut batch = Vec::new();
+        shard.drain(|e| {
+            let expired = now > e.deadline;
+            if (expired && listening) || publish_live {
+                let cause = if expired { Cause::Expired } else { live };
+                batch.push(Event::new(e.key, e.value, cause, e.deadline, now));
+                if batch.len() >= EVICT_BATCH {
+                    self.events.publish(batch.drain(..));
+                }
+            }
+        });
+        self.events.publish(batch);
+    }
+
+    /// Runs once, when the map is dropped (after the thread has stopped, or
+    /// on the thread itself): publishes what is still held if asked and
+    /// someone listens, then closes the ring so subscribers drain and see
+    /// `Closed`.
+    fn shutdown(&self) {
+        for shard in self.shards.iter() {
+            let now = self.clock.now();
+            let taken = shard.write().take_all(now);
+            self.drain_shard(taken, now, Cause::Shutdown);
+        }
+        let sender = self.events.sender.write().take();
+        drop(sender);
+    }
+
+    /// Evicts everything due at `now`. Returns how many entries left.
+    fn evict_all(&self, now: u64) -> usize {
+        let mut total = 0;
+        let mut batch = Vec::with_capacity(EVICT_BATCH);
+        for shard in self.shards.iter() {
+            loop {
+                let more = shard.write().evict(now, EVICT_BATCH, &mut batch);
+                total += batch.len();
+                self.release(&mut batch, now);
+                if !more {
+                    break;
+                }
+            }
+        }
+        self.evicted.fetch_add(total as u64, Ordering::Relaxed);
+        total
+    }
+
+    /// Publishes or drops a batch of evicted entries, outside every lock.
+    fn release(&self, batch: &mut Vec<Removed<K, V>>, now: u64) {
+        if batch.is_empty() {
+            return;
+        }
+        if self.events.listening() {
+            self.events.publish(
+                batch
+                    .drain(..)
+                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now)),
+            );
+        } else {
+            batch.clear();
+        }
+    }
+
+    /// Earliest shard wake-up, in clock ns.
+    fn next_wakeup(&self) -> Option<u64> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.read().next_wakeup())
+            .min()
+    }
+
+    /// The eviction thread's loop. User panics (from `Drop` of evicted values
+    /// or from event delivery) are caught: a pass that panicked is retried at
+    /// the next wake-up, with nothing lost (entries leave their shard only
+    /// inside `evict`, which runs no user code).
+    fn run_evictor(self: Arc<Self>) {
+        let signal = &*self.signal;
+        let real_time = self.clock.clock().is_real_time() && sync::TIMED_WAITS;
+        let mut last_pass: Option<u64> = None;
+        loop {
+            signal.begin_plan();
+            let target = match self.next_wakeup() {
+                None => evictor::NONE_PLANNED,
+                Some(t) => match last_pass {
+                    Some(last) => t.max(last.saturating_add(self.config.interval)),
+                    None => t,
+                },
+            };
+            match signal.wait(target, real_time, || self.clock.now()) {
+                Wake::Shutdown => return,
+                Wake::Kicked => continue,
+                Wake::Due => {}
+            }
+            let now = self.clock.now();
+            let _ = catch_unwind(AssertUnwindSafe(|| self.evict_all(now)));
+            last_pass = Some(now);
+            signal.passes.fetch_add(1, Ordering::Relaxed);
+            if signal.is_stopping() {
+                return;
+            }
+        }
+    }
+}
+
+impl<K, V, S> Drop for ExpireMap<K, V, S> {
+    fn drop(&mut self) {
+        let inner = &*self.inner;
+        if let Some(key) = self.watch_key.take() {
+            inner.clock.clock().unwatch(key);
+        }
+        if let Some(handle) = self.evictor.take() {
+            inner.signal.shutdown();
+            // The last handle may be dropped by user code running on the
+            // eviction thread itself (a value's `Drop`): never join there.
+            if handle.thread().id() != sync::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+        (inner.finish)(inner);
+    }
+}
+
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl<K, V, S> fmt::Debug for ExpireMap<K, V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExpireMap")
+            .field("shards", &self.inner.config.shards)
+            .field("background_eviction", &self.evictor.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(expiremap_loom)))]
+mod tests;
