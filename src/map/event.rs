@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// The door by which a value left the map.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Cause {
     /// Its deadline passed: evicted by the eviction thread or
     /// [`evict_expired`](crate::ExpireMap::evict_expired), or found expired by

@@ -1,0 +1,48 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use expiremap::{ExpireMap, ManualClock};
+use std::time::Duration;
+
+/// 1 ms.
+pub const MS: Duration = Duration::from_millis(1);
+
+/// A map on a fresh `ManualClock`, driven by hand (no background thread).
+pub fn manual<K, V>() -> (ExpireMap<K, V>, ManualClock)
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let clock = ManualClock::new();
+    let map = ExpireMap::builder()
+        .clock(clock.clone())
+        .shards(4)
+        .background_eviction(false)
+        .build();
+    (map, clock)
+}
+
+/// SplitMix64: seeded, tiny, good enough for test inputs.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// The seed for randomized tests: `EXPIREMAP_SEED` or `default`.
+pub fn seed(default: u64) -> u64 {
+    std::env::var("EXPIREMAP_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}

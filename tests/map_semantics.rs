@@ -1,0 +1,320 @@
+//! The map's single-threaded semantics on a ManualClock: deadlines, overwrite,
+//! remove, touch, ttl, zero and huge TTLs, builder errors.
+
+mod common;
+use common::{MS, manual};
+use expiremap::{BuildError, Clock, ExpireMap, ManualClock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+#[test]
+fn deadline_is_inclusive() {
+    let (map, clock) = manual::<&str, i32>();
+    map.put("k", 1, 10 * MS);
+    clock.advance(10 * MS);
+    assert_eq!(map.get("k"), Some(1));
+    assert_eq!(map.ttl("k"), Some(Duration::ZERO));
+    clock.advance(Duration::from_nanos(1));
+    assert_eq!(map.get("k"), None);
+}
+
+#[test]
+fn expired_but_not_evicted_is_invisible_to_every_read_but_counted_by_len() {
+    let (map, clock) = manual::<u32, u32>();
+    map.put(1, 1, MS);
+    clock.advance(2 * MS);
+    assert_eq!(map.get(&1), None);
+    assert_eq!(map.get_with_ttl(&1), None);
+    assert_eq!(map.ttl(&1), None);
+    assert!(!map.contains_key(&1));
+    assert_eq!(map.len(), 1);
+    assert!(!map.is_empty());
+    assert_eq!(map.evict_expired(), 1);
+    assert_eq!(map.len(), 0);
+    assert!(map.is_empty());
+}
+
+#[test]
+fn put_returns_previous_live_value_and_overwrites_deadline() {
+    let (map, clock) = manual::<u32, &str>();
+    assert_eq!(map.put(1, "a", 100 * MS), None);
+    assert_eq!(map.put(1, "b", 5 * MS), Some("a"));
+    clock.advance(6 * MS);
+    assert_eq!(map.get(&1), None, "the shorter new deadline applies");
+    assert_eq!(map.len(), 1);
+}
+
+#[test]
+fn put_over_expired_entry_returns_none() {
+    let (map, clock) = manual::<u32, &str>();
+    map.put(1, "old", MS);
+    clock.advance(2 * MS);
+    assert_eq!(map.put(1, "new", MS), None);
+    assert_eq!(map.get(&1), Some("new"));
+    assert_eq!(map.len(), 1);
+}
+
+#[test]
+fn zero_ttl_put_is_ignored() {
+    let (map, _clock) = manual::<u32, u32>();
+    map.put(1, 1, MS);
+    assert_eq!(map.put(1, 2, Duration::ZERO), None);
+    assert_eq!(map.get(&1), Some(1));
+    assert_eq!(map.put(2, 2, Duration::ZERO), None);
+    assert!(!map.contains_key(&2));
+    assert_eq!(map.len(), 1);
+}
+
+#[test]
+fn huge_ttl_saturates_and_never_expires_in_practice() {
+    let (map, clock) = manual::<u32, u32>();
+    map.put(1, 1, Duration::MAX);
+    map.put(2, 2, Duration::from_secs(u64::MAX));
+    clock.advance(Duration::from_secs(100 * 365 * 24 * 3600));
+    assert_eq!(map.get(&1), Some(1));
+    assert_eq!(map.get(&2), Some(2));
+    assert_eq!(map.evict_expired(), 0);
+    let ttl = map.ttl(&1).unwrap();
+    assert!(ttl > Duration::from_secs(400 * 365 * 24 * 3600), "{ttl:?}");
+    assert!(map.next_expiry().is_some());
+}
+
+#[test]
+fn huge_ttl_near_the_end_of_the_clock_saturates() {
+    let clock = ManualClock::starting_at(u64::MAX - 1_000);
+    let map = ExpireMap::<u32, u32>::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .build();
+    map.put(1, 1, Duration::from_secs(10));
+    assert_eq!(map.ttl(&1), Some(Duration::from_nanos(1_000)));
+    clock.advance(Duration::from_nanos(1_000));
+    assert_eq!(map.get(&1), Some(1), "deadline u64::MAX is inclusive");
+    assert_eq!(map.evict_expired(), 0);
+}
+
+#[test]
+fn remove_returns_only_live_values() {
+    let (map, clock) = manual::<u32, u32>();
+    map.put(1, 1, 10 * MS);
+    map.put(2, 2, MS);
+    clock.advance(2 * MS);
+    assert_eq!(map.remove(&1), Some(1));
+    assert_eq!(map.remove(&1), None);
+    assert_eq!(map.remove(&2), None, "expired: leaves by the Expired door");
+    assert_eq!(map.len(), 0);
+    assert_eq!(map.remove(&3), None);
+}
+
+#[test]
+fn get_with_ttl_reads_value_and_remaining_time_together() {
+    let (map, clock) = manual::<String, u32>();
+    map.put("k".into(), 7, 10 * MS);
+    clock.advance(4 * MS);
+    assert_eq!(map.get_with_ttl("k"), Some((7, 6 * MS)));
+}
+
+#[test]
+fn touch_extends_a_live_entry_only() {
+    let (map, clock) = manual::<u32, u32>();
+    map.put(1, 1, 10 * MS);
+    clock.advance(9 * MS);
+    assert!(map.touch(&1, 10 * MS));
+    clock.advance(9 * MS);
+    assert_eq!(map.get(&1), Some(1));
+    assert_eq!(map.ttl(&1), Some(MS));
+    assert!(!map.touch(&1, Duration::ZERO), "zero TTL touch is ignored");
+    assert_eq!(map.ttl(&1), Some(MS));
+    clock.advance(2 * MS);
+    assert!(!map.touch(&1, 10 * MS), "expired entries are not revived");
+    assert!(!map.touch(&2, 10 * MS));
+    assert_eq!(map.get(&1), None);
+}
+
+#[test]
+fn touch_can_shorten_the_deadline() {
+    let (map, clock) = manual::<u32, u32>();
+    map.put(1, 1, Duration::from_secs(60));
+    assert!(map.touch(&1, MS));
+    clock.advance(3 * MS);
+    assert_eq!(map.get(&1), None);
+    assert_eq!(map.evict_expired(), 1);
+}
+
+#[test]
+fn clear_removes_everything() {
+    let (map, _clock) = manual::<u32, u32>();
+    for i in 0..100 {
+        map.put(i, i, MS * (i + 1));
+    }
+    assert_eq!(map.len(), 100);
+    map.clear();
+    assert!(map.is_empty());
+    assert_eq!(map.get(&5), None);
+    map.put(5, 5, MS);
+    assert_eq!(map.get(&5), Some(5));
+}
+
+#[test]
+fn evict_expired_evicts_exactly_what_is_due() {
+    let (map, clock) = manual::<u32, u32>();
+    for i in 1..=10u32 {
+        map.put(i, i, MS * i);
+    }
+    clock.advance(5 * MS + MS); // one precision past deadline 5 ms
+    assert_eq!(map.evict_expired(), 5);
+    assert_eq!(map.len(), 5);
+    for i in 1..=5 {
+        assert_eq!(map.get(&i), None);
+    }
+    for i in 6..=10 {
+        assert_eq!(map.get(&i), Some(i));
+    }
+}
+
+#[test]
+fn evict_expired_is_never_early() {
+    let (map, clock) = manual::<u32, u32>();
+    map.put(1, 1, 10 * MS);
+    clock.advance(10 * MS);
+    assert_eq!(map.evict_expired(), 0, "still live at its deadline");
+    clock.advance(Duration::from_nanos(1));
+    // Past the deadline: evictable within one precision.
+    clock.advance(MS);
+    assert_eq!(map.evict_expired(), 1);
+}
+
+#[test]
+fn one_evict_call_handles_more_than_a_batch() {
+    let (map, clock) = manual::<u32, u32>();
+    for i in 0..10_000 {
+        map.put(i, i, MS);
+    }
+    clock.advance(3 * MS);
+    assert_eq!(map.evict_expired(), 10_000);
+    assert!(map.is_empty());
+}
+
+#[test]
+fn next_expiry_guides_a_manual_driver_to_make_progress() {
+    let (map, clock) = manual::<u32, u32>();
+    assert_eq!(map.next_expiry(), None);
+    let ttls = [3u64, 17, 250, 4_000, 70_000];
+    for (i, t) in ttls.iter().enumerate() {
+        map.put(i as u32, 0, Duration::from_millis(*t));
+    }
+    let mut evicted = 0;
+    let mut steps = 0;
+    while let Some(wait) = map.next_expiry() {
+        clock.advance(wait);
+        evicted += map.evict_expired();
+        steps += 1;
+        assert!(steps < 10_000, "no progress");
+    }
+    assert_eq!(evicted, ttls.len());
+    assert!(map.is_empty());
+}
+
+#[test]
+fn borrowed_key_forms_work() {
+    let (map, _clock) = manual::<String, Vec<u8>>();
+    map.put("abc".to_string(), vec![1], MS);
+    assert_eq!(map.get("abc"), Some(vec![1]));
+    assert!(map.contains_key("abc"));
+    assert_eq!(map.remove("abc"), Some(vec![1]));
+}
+
+#[test]
+fn many_keys_across_shards() {
+    let (map, clock) = manual::<u64, u64>();
+    for i in 0..50_000u64 {
+        map.put(i, i * 2, MS * (1 + (i % 100) as u32));
+    }
+    assert_eq!(map.len(), 50_000);
+    for i in (0..50_000u64).step_by(97) {
+        assert_eq!(map.get(&i), Some(i * 2));
+    }
+    clock.advance(50 * MS + MS);
+    let evicted = map.evict_expired();
+    assert_eq!(evicted, 50_000 / 100 * 50);
+}
+
+/// A user clock that goes backward is treated as time standing still.
+#[derive(Clone)]
+struct Jumpy(Arc<AtomicU64>);
+impl Clock for Jumpy {
+    fn now(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn a_clock_going_backward_counts_as_no_time_passing() {
+    let t = Arc::new(AtomicU64::new(1_000_000_000));
+    let map = ExpireMap::<u32, u32>::builder()
+        .clock(Jumpy(t.clone()))
+        .background_eviction(false)
+        .build();
+    map.put(1, 1, 10 * MS);
+    t.store(1_020_000_000, Ordering::SeqCst);
+    assert_eq!(map.get(&1), None);
+    t.store(1_000_000_000, Ordering::SeqCst); // backward
+    assert_eq!(map.get(&1), None, "an expired entry stays expired");
+    assert_eq!(map.evict_expired(), 1);
+}
+
+#[test]
+fn builder_rejects_invalid_settings_with_named_errors() {
+    let b = || ExpireMap::<u32, u32>::builder().background_eviction(false);
+    assert_eq!(
+        b().shards(0).try_build().unwrap_err(),
+        BuildError::Shards(0)
+    );
+    assert_eq!(
+        b().shards(3).try_build().unwrap_err(),
+        BuildError::Shards(3)
+    );
+    assert_eq!(
+        b().shards(1 << 20).try_build().unwrap_err(),
+        BuildError::Shards(1 << 20)
+    );
+    assert_eq!(
+        b().eviction_interval(Duration::ZERO)
+            .try_build()
+            .unwrap_err(),
+        BuildError::EvictionInterval(Duration::ZERO)
+    );
+    assert_eq!(
+        b().precision(Duration::from_nanos(1))
+            .try_build()
+            .unwrap_err(),
+        BuildError::Precision(Duration::from_nanos(1))
+    );
+    assert_eq!(
+        b().event_capacity(1000).try_build().unwrap_err(),
+        BuildError::EventCapacity(1000)
+    );
+    assert_eq!(
+        b().max_subscribers(0).try_build().unwrap_err(),
+        BuildError::MaxSubscribers(0)
+    );
+    let msg = b().shards(3).try_build().unwrap_err().to_string();
+    assert!(msg.contains("shards") && msg.contains('3'), "{msg}");
+    let e: Box<dyn std::error::Error> = Box::new(BuildError::Shards(3));
+    assert!(e.to_string().contains("power of two"));
+}
+
+#[test]
+#[should_panic(expected = "invalid event_capacity: 3")]
+fn build_panics_with_the_same_message() {
+    let _ = ExpireMap::<u32, u32>::builder().event_capacity(3).build();
+}
+
+#[test]
+fn defaults_build_and_work() {
+    let map: ExpireMap<u32, u32> = ExpireMap::default();
+    map.put(1, 1, Duration::from_secs(60));
+    assert_eq!(map.get(&1), Some(1));
+    assert!(format!("{map:?}").contains("ExpireMap"));
+}
