@@ -41,9 +41,11 @@ fn drop_of_an_idle_map_returns() {
     drop(map);
 }
 
+type SelfMap = Arc<ExpireMap<u32, Arc<Holder>>>;
+
 /// A value that owns the last handle to its own map.
 struct Holder {
-    map: Mutex<Option<Arc<ExpireMap<u32, Arc<Holder>>>>>,
+    map: Mutex<Option<SelfMap>>,
     done: Mutex<Option<mpsc::Sender<String>>>,
 }
 impl Drop for Holder {

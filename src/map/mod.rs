@@ -68,8 +68,11 @@ pub struct ExpireMap<K, V, S = ahash::RandomState> {
     watch_key: Option<u64>,
 }
 
+/// One shard behind its own cache-padded lock.
+type ShardLock<K, V> = CachePadded<RwLock<Shard<K, V>>>;
+
 struct Inner<K, V, S> {
-    shards: Box<[CachePadded<RwLock<Shard<K, V>>>]>,
+    shards: Box<[ShardLock<K, V>]>,
     hasher: S,
     clock: Time,
     config: Config,

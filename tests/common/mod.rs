@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use expiremap::{ExpireMap, ManualClock};
 use std::time::Duration;

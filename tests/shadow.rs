@@ -1,0 +1,462 @@
+//! Shadow-map tests (the ExpireMap seed's method, made exact):
+//!
+//! * single-threaded on a `ManualClock`: 1,000,000 seeded random operations
+//!   (release builds), every result and every event compared with a plain
+//!   model;
+//! * multi-threaded on the real clock (see `common/shadow_mt.rs`);
+//! * expiration: put, wait for the events, `len() == 0`;
+//! * conservation: every value put leaves by exactly one door.
+
+mod common;
+#[path = "common/shadow_mt.rs"]
+mod shadow_mt;
+
+use common::{Rng, seed};
+use expiremap::{Cause, ExpireMap, ManualClock, Subscriber, SystemClock, TryRecvError};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const P: u64 = 1_000_000; // default precision, ns
+
+#[derive(Clone, Copy, Debug)]
+struct Model {
+    value: u64,
+    deadline: u64,
+}
+
+/// The first eviction tick of a deadline, as the map defines it.
+fn evictable(deadline: u64, now: u64) -> bool {
+    (deadline / P).saturating_add(1) <= now / P
+}
+
+fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
+    let mut out = Vec::new();
+    loop {
+        match sub.try_recv() {
+            Ok(e) => out.push((e.key, e.value, e.cause)),
+            Err(TryRecvError::Empty) => return out,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+}
+
+fn single_threaded(seed: u64, ops: usize) {
+    println!("shadow single-threaded: seed={seed} ops={ops} (rerun with EXPIREMAP_SEED={seed})");
+    let mut rng = Rng(seed);
+    let clock = ManualClock::starting_at(rng.below(1 << 40));
+    let map = ExpireMap::<u64, u64>::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .publish_removals(true)
+        .event_capacity(1 << 16)
+        .shards(1 << rng.below(4))
+        .build();
+    let mut sub = map.subscribe().unwrap();
+    let mut model: HashMap<u64, Model> = HashMap::new();
+    let keys = 1 + rng.below(300);
+    let mut serial = 0u64;
+    let now = || clock_now(&clock);
+
+    for step in 0..ops {
+        let ctx = format!("seed {seed} step {step}");
+        let key = rng.below(keys);
+        let t = now();
+        let live = model.get(&key).filter(|m| t <= m.deadline).copied();
+        let ttl = match rng.below(40) {
+            0 => Duration::ZERO,
+            1 => Duration::MAX,
+            2 => Duration::from_millis(rng.below(50)),
+            _ => Duration::from_nanos(1 + rng.below(60 * P)),
+        };
+        let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+        let mut expected_events = Vec::new();
+        match rng.below(100) {
+            0..=29 => {
+                serial += 1;
+                let r = map.put(key, serial, ttl);
+                if ttl.is_zero() {
+                    assert_eq!(r, None, "{ctx}: zero-ttl put");
+                } else {
+                    assert_eq!(r, live.map(|m| m.value), "{ctx}: put");
+                    if let Some(old) = model.get(&key) {
+                        let cause = if live.is_some() {
+                            Cause::Replaced
+                        } else {
+                            Cause::Expired
+                        };
+                        expected_events.push((key, old.value, cause));
+                    }
+                    model.insert(
+                        key,
+                        Model {
+                            value: serial,
+                            deadline: t.saturating_add(ttl_ns),
+                        },
+                    );
+                }
+            }
+            30..=49 => assert_eq!(map.get(&key), live.map(|m| m.value), "{ctx}: get"),
+            50..=54 => assert_eq!(
+                map.get_with_ttl(&key),
+                live.map(|m| (m.value, Duration::from_nanos(m.deadline - t))),
+                "{ctx}: get_with_ttl"
+            ),
+            55..=59 => assert_eq!(
+                map.ttl(&key),
+                live.map(|m| Duration::from_nanos(m.deadline - t)),
+                "{ctx}: ttl"
+            ),
+            60..=62 => assert_eq!(
+                map.contains_key(&key),
+                live.is_some(),
+                "{ctx}: contains_key"
+            ),
+            63..=71 => {
+                let r = map.remove(&key);
+                assert_eq!(r, live.map(|m| m.value), "{ctx}: remove");
+                if let Some(old) = model.remove(&key) {
+                    let cause = if live.is_some() {
+                        Cause::Removed
+                    } else {
+                        Cause::Expired
+                    };
+                    expected_events.push((key, old.value, cause));
+                }
+            }
+            72..=77 => {
+                let r = map.touch(&key, ttl);
+                let should = live.is_some() && !ttl.is_zero();
+                assert_eq!(r, should, "{ctx}: touch");
+                if should {
+                    model.get_mut(&key).unwrap().deadline = t.saturating_add(ttl_ns);
+                }
+            }
+            78..=89 => {
+                let by = match rng.below(6) {
+                    0 => 0,
+                    1 => 1,
+                    2 => {
+                        // exactly to, or just past, some entry's deadline
+                        let d = model
+                            .values()
+                            .nth(rng.below(model.len() as u64 + 1) as usize);
+                        d.map_or(0, |m| m.deadline.saturating_sub(t) + rng.below(2))
+                            .min(1 << 40)
+                    }
+                    _ => rng.below(20 * P),
+                };
+                clock.advance(Duration::from_nanos(by));
+            }
+            90..=96 => {
+                let due: Vec<u64> = model
+                    .iter()
+                    .filter(|(_, m)| evictable(m.deadline, t))
+                    .map(|(&k, _)| k)
+                    .collect();
+                let n = map.evict_expired();
+                assert_eq!(n, due.len(), "{ctx}: evict_expired count");
+                let mut got = events(&mut sub);
+                let mut want: Vec<_> = due
+                    .iter()
+                    .map(|k| (*k, model.remove(k).unwrap().value, Cause::Expired))
+                    .collect();
+                got.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(got, want, "{ctx}: evicted set");
+            }
+            97 => {
+                // next_expiry is a hint no later than the first eviction tick
+                let first = model
+                    .values()
+                    .map(|m| (m.deadline / P).saturating_add(1).saturating_mul(P))
+                    .min();
+                match (map.next_expiry(), first) {
+                    (None, None) => {}
+                    (Some(w), Some(f)) => assert!(
+                        w.as_nanos() as u64 <= f.saturating_sub(t),
+                        "{ctx}: next_expiry {w:?} later than {f} - {t}"
+                    ),
+                    (a, b) => panic!("{ctx}: next_expiry {a:?} vs model {b:?}"),
+                }
+            }
+            98 => {
+                if rng.below(20) == 0 {
+                    map.clear();
+                    let mut want: Vec<_> = model
+                        .drain()
+                        .map(|(k, m)| {
+                            (
+                                k,
+                                m.value,
+                                if t <= m.deadline {
+                                    Cause::Removed
+                                } else {
+                                    Cause::Expired
+                                },
+                            )
+                        })
+                        .collect();
+                    let mut got = events(&mut sub);
+                    got.sort_unstable();
+                    want.sort_unstable();
+                    assert_eq!(got, want, "{ctx}: clear");
+                }
+            }
+            _ => assert_eq!(map.len(), model.len(), "{ctx}: len"),
+        }
+        if !expected_events.is_empty() {
+            assert_eq!(events(&mut sub), expected_events, "{ctx}: events");
+        }
+    }
+    assert_eq!(map.len(), model.len(), "seed {seed}: final len");
+    drop(map);
+    let mut rest = events_until_closed(&mut sub);
+    let t = now();
+    let mut want: Vec<_> = model
+        .iter()
+        .map(|(&k, m)| {
+            (
+                k,
+                m.value,
+                if t <= m.deadline {
+                    Cause::Shutdown
+                } else {
+                    Cause::Expired
+                },
+            )
+        })
+        .collect();
+    rest.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(rest, want, "seed {seed}: shutdown events");
+}
+
+fn clock_now(c: &ManualClock) -> u64 {
+    use expiremap::Clock;
+    c.now()
+}
+
+fn events_until_closed(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
+    let mut out = Vec::new();
+    loop {
+        match sub.try_recv() {
+            Ok(e) => out.push((e.key, e.value, e.cause)),
+            Err(TryRecvError::Closed) => return out,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+}
+
+fn scaled(release: usize) -> usize {
+    if cfg!(debug_assertions) {
+        release / 10
+    } else {
+        release
+    }
+}
+
+#[test]
+fn shadow_single_threaded_one_million_ops() {
+    let base = seed(0x00C0_FFEE);
+    // Several independent runs (different key counts and shard counts),
+    // one million operations in all.
+    for i in 0..4 {
+        single_threaded(base.wrapping_add(i), scaled(250_000));
+    }
+}
+
+#[test]
+fn shadow_multi_threaded_real_clock() {
+    let s = shadow_mt::run(&shadow_mt::Params {
+        keys: 2_000,
+        ops: scaled(400_000) as u64,
+        threads: 4,
+        max_ttl_ms: 5,
+        seed: seed(7),
+        progress: false,
+    });
+    assert_eq!(s.mismatches, 0, "mismatches: {:#?}", s.first_mismatches);
+    assert!(s.events > 0);
+}
+
+#[test]
+fn expiration_on_the_real_clock_empties_the_map() {
+    // No sleeps: wait for the events themselves, then check len().
+    let map = ExpireMap::<u64, u64>::builder()
+        .clock(SystemClock::new())
+        .event_capacity(1 << 14)
+        .build();
+    let mut sub = map.subscribe().unwrap();
+    let n = 10_000;
+    for i in 0..n {
+        map.put(i, i, Duration::from_millis(1 + i % 20));
+    }
+    let mut seen = HashSet::new();
+    while seen.len() < n as usize {
+        let e = sub.recv().expect("event");
+        assert_eq!(e.cause, Cause::Expired);
+        assert!(e.removed_at() > e.deadline(), "evicted early: {e:?}");
+        assert!(seen.insert(e.key), "key {} evicted twice", e.key);
+    }
+    assert_eq!(map.len(), 0);
+    assert!(map.is_empty());
+}
+
+#[test]
+fn expiration_on_a_manual_clock_empties_the_map() {
+    let clock = ManualClock::new();
+    let map = ExpireMap::<u64, u64>::builder()
+        .clock(clock.clone())
+        .build();
+    let mut sub = map.subscribe().unwrap();
+    for i in 0..1000 {
+        map.put(i, i, Duration::from_millis(1 + i % 50));
+    }
+    clock.advance(Duration::from_millis(60));
+    for _ in 0..1000 {
+        assert_eq!(sub.recv().unwrap().cause, Cause::Expired);
+    }
+    assert_eq!(map.len(), 0);
+}
+
+/// A value that counts its live instances.
+#[derive(Debug)]
+struct Tracked {
+    id: u64,
+    live: Arc<AtomicI64>,
+}
+impl Tracked {
+    fn new(id: u64, live: &Arc<AtomicI64>) -> Self {
+        live.fetch_add(1, Ordering::SeqCst);
+        Tracked {
+            id,
+            live: live.clone(),
+        }
+    }
+}
+impl Clone for Tracked {
+    fn clone(&self) -> Self {
+        Tracked::new(self.id, &self.live)
+    }
+}
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn conservation_every_value_leaves_by_exactly_one_door() {
+    let live = Arc::new(AtomicI64::new(0));
+    let clock = ManualClock::new();
+    let map = Arc::new(
+        ExpireMap::<u64, Tracked>::builder()
+            .clock(clock.clone())
+            .publish_removals(true)
+            .event_capacity(1 << 20)
+            .build(),
+    );
+    let mut sub = map.subscribe().unwrap();
+    let next_id = Arc::new(AtomicU64::new(0));
+    let returned = Arc::new(Mutex::new(Vec::new()));
+    let threads = 4;
+    let ops = scaled(50_000) as u64;
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (map, live, next_id, returned) =
+                (map.clone(), live.clone(), next_id.clone(), returned.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed(99) + t);
+                let mut mine = Vec::new();
+                for _ in 0..ops {
+                    let key = rng.below(500);
+                    if rng.below(3) == 0 {
+                        if let Some(v) = map.remove(&key) {
+                            mine.push(v.id);
+                        }
+                    } else {
+                        let id = next_id.fetch_add(1, Ordering::SeqCst);
+                        let ttl = Duration::from_micros(rng.below(3_000)); // some zero
+                        if ttl.is_zero() {
+                            // ignored: the value never enters the map
+                            assert!(map.put(key, Tracked::new(id, &live), ttl).is_none());
+                            returned.lock().unwrap().push(u64::MAX - id);
+                            continue;
+                        }
+                        if let Some(v) = map.put(key, Tracked::new(id, &live), ttl) {
+                            mine.push(v.id);
+                        }
+                    }
+                }
+                returned.lock().unwrap().extend(mine);
+            })
+        })
+        .collect();
+    // Expiry races the workers: a driver thread advances virtual time.
+    let driver = {
+        let clock = clock.clone();
+        let map = map.clone();
+        std::thread::spawn(move || {
+            for _ in 0..200 {
+                clock.advance(Duration::from_micros(500));
+                if map.len() % 7 == 0 {
+                    map.evict_expired();
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    for w in workers {
+        w.join().unwrap();
+    }
+    driver.join().unwrap();
+    let map = Arc::try_unwrap(map).expect("only handle");
+    drop(map);
+
+    let mut by_cause: HashMap<Cause, Vec<u64>> = HashMap::new();
+    loop {
+        match sub.recv() {
+            Ok(e) => by_cause.entry(e.cause).or_default().push(e.value.id),
+            Err(expiremap::RecvError::Closed) => break,
+            Err(e) => panic!("lagged or other: {e:?}"),
+        }
+    }
+    let mut returned = Arc::try_unwrap(returned).unwrap().into_inner().unwrap();
+    let ignored = returned.iter().filter(|&&x| x > u64::MAX / 2).count();
+    returned.retain(|&x| x < u64::MAX / 2);
+    let take = |c| by_cause.get(&c).cloned().unwrap_or_default();
+    let (expired, shutdown) = (take(Cause::Expired), take(Cause::Shutdown));
+    let (mut removed_ev, mut returned_sorted) = (take(Cause::Removed), returned.clone());
+    removed_ev.extend(take(Cause::Replaced));
+    removed_ev.sort_unstable();
+    returned_sorted.sort_unstable();
+    assert_eq!(
+        removed_ev, returned_sorted,
+        "Removed/Replaced events match returns"
+    );
+    let mut all: Vec<u64> = returned
+        .iter()
+        .chain(&expired)
+        .chain(&shutdown)
+        .copied()
+        .collect();
+    let total = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), total, "some value left by two doors");
+    let put = next_id.load(Ordering::SeqCst) as usize;
+    assert_eq!(
+        total + ignored,
+        put,
+        "every value put is accounted for exactly once"
+    );
+    assert!(
+        !expired.is_empty() && !returned.is_empty(),
+        "all doors exercised"
+    );
+    drop(by_cause);
+    drop(sub);
+    assert_eq!(live.load(Ordering::SeqCst), 0, "drop counts balance");
+}
