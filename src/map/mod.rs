@@ -578,7 +578,7 @@ where
     /// or from event delivery) are caught: a pass that panicked is retried at
     /// the next wake-up, with nothing lost (entries leave their shard only
     /// inside `evict`, which runs no user code).
-    fn run_evictor(self: Arc<Self>) {
+    fn run_evictor(&self) {
         let signal = &*self.signal;
         let real_time = self.clock.clock().is_real_time() && sync::TIMED_WAITS;
         let mut last_pass: Option<u64> = None;
