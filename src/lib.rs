@@ -1,4 +1,165 @@
-//! expiremap: a concurrent expiring key-value map.
+//! A concurrent expiring key-value map.
+//!
+//! [`ExpireMap<K, V>`](ExpireMap) offers `put`, `get` and `remove` with a
+//! time to live per entry. Expired entries never show through a read, a
+//! background thread evicts them within a few milliseconds of their deadline
+//! even when nobody touches the map, and any number of [`Subscriber`]s receive
+//! the eviction events. It is built from two parts that are public and usable
+//! on their own:
+//!
+//! * [`timer`]: the XOR-order hierarchical timeout index (hitime's
+//!   `msb(deadline ^ now)` bins, generalised to `R` bits per level), with O(1)
+//!   insert and cancel and bulk expiry;
+//! * [`broadcast`]: a lock-free ring that broadcasts messages to many
+//!   readers, each with a cache-padded generation counter, with exact lag
+//!   reporting.
+//!
+//! # Quick start
+//!
+//! ```
+//! use expiremap::{Cause, ExpireMap};
+//! use std::time::Duration;
+//!
+//! let map: ExpireMap<String, u32> = ExpireMap::new();
+//! let mut events = map.subscribe()?;
+//!
+//! map.put("a".to_string(), 1, Duration::from_millis(5));
+//! assert_eq!(map.get("a"), Some(1));
+//!
+//! // The eviction thread publishes the expiry on its own.
+//! let e = events.recv()?;
+//! assert_eq!((e.key.as_str(), e.value, e.cause), ("a", 1, Cause::Expired));
+//! assert_eq!(map.get("a"), None);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Expiration semantics
+//!
+//! * An entry put at time `t` with TTL `d` has deadline `t + d` and is visible
+//!   while `now <= deadline` (inclusive). Reads (`get`, `get_with_ttl`, `ttl`,
+//!   `contains_key`) compare the exact deadline: an entry past it is invisible
+//!   even before it is evicted. Only [`len`](ExpireMap::len) counts such
+//!   entries.
+//! * `put` overwrites value and deadline and returns the previous *live*
+//!   value. A zero TTL is ignored (nothing changes, `None`). A TTL too large to
+//!   represent saturates to the largest deadline (about 584 years).
+//! * Every value leaves by exactly one door: returned by `remove` or `put`,
+//!   published as [`Cause::Expired`], published as [`Cause::Shutdown`] when the
+//!   map is dropped, or still present. A value found past its deadline by
+//!   `remove`, `clear` or an overwriting `put` leaves as `Expired`. A `remove`
+//!   racing the eviction of the same entry: exactly one of them gets it.
+//!
+//! ```
+//! use expiremap::{ExpireMap, ManualClock};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! let map = ExpireMap::<u32, u32>::builder()
+//!     .clock(clock.clone())
+//!     .background_eviction(false)
+//!     .build();
+//! map.put(1, 10, Duration::from_millis(10));
+//! clock.advance(Duration::from_millis(10));
+//! assert_eq!(map.get(&1), Some(10)); // at the deadline: still visible
+//! clock.advance(Duration::from_nanos(1));
+//! assert_eq!(map.get(&1), None); // past it: gone for every read
+//! assert_eq!(map.len(), 1); // but held until evicted
+//! clock.advance(Duration::from_millis(1));
+//! assert_eq!(map.evict_expired(), 1);
+//! assert!(map.is_empty());
+//! ```
+//!
+//! # The eviction thread
+//!
+//! Each map (unless built with `background_eviction(false)`) owns one thread.
+//! It sleeps until the earliest deadline, but at least the eviction interval
+//! (4 ms) between passes; a `put` or `touch` with an earlier deadline wakes it.
+//! An empty map costs no wake-ups at all. Each pass evicts in bounded batches,
+//! releasing the shard lock between them. With the thread running and not
+//! starved, an entry is evicted no later than deadline + interval + precision
+//! (1 ms). Dropping the map stops the thread and joins it, except when the
+//! drop runs on that thread itself (a value's `Drop` owning the last handle).
+//!
+//! With a [`ManualClock`], [`ManualClock::advance`] wakes the thread, so
+//! background eviction follows virtual time; [`ExpireMap::evict_expired`] and
+//! [`ExpireMap::next_expiry`] drive a map without a thread.
+//!
+//! # Events and lag
+//!
+//! By default only evictions are published (`Expired`, `Shutdown`);
+//! [`Builder::publish_removals`] adds `Removed` and `Replaced`. An event is
+//! published by the operation that removed the value, so one thread's events
+//! appear in its operation order. Events go through a ring of
+//! `event_capacity` slots (1024 by default, allocated on the first
+//! `subscribe`): writers never wait for slow readers, and a subscriber that
+//! fell more than the capacity behind gets [`RecvError::Lagged`] with the exact
+//! number it missed, then continues from the oldest event still held. After
+//! the map is dropped, subscribers drain what is left and see
+//! [`RecvError::Closed`].
+//!
+//! ```
+//! use expiremap::{ExpireMap, ManualClock, TryRecvError};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! let map = ExpireMap::<u32, u32>::builder()
+//!     .clock(clock.clone())
+//!     .background_eviction(false)
+//!     .event_capacity(4)
+//!     .build();
+//! let mut slow = map.subscribe()?;
+//! for i in 0..10 {
+//!     map.put(i, i, Duration::from_millis(1));
+//! }
+//! clock.advance(Duration::from_millis(3));
+//! assert_eq!(map.evict_expired(), 10);
+//! let mut seen = 0;
+//! let mut lost = 0;
+//! loop {
+//!     match slow.try_recv() {
+//!         Ok(_) => seen += 1,
+//!         Err(TryRecvError::Lagged(n)) => lost += n,
+//!         Err(_) => break,
+//!     }
+//! }
+//! assert_eq!(seen + lost, 10); // nothing is lost silently
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Memory per entry
+//!
+//! An entry lives in one slab node of its shard's timer wheel, which also
+//! holds the timer links; the hash table stores only the node's `u32` index:
+//!
+//! ```text
+//! node  = size_of::<K>() + size_of::<V>() + 40 bytes   (deadline, hash, tick,
+//!                                                       generation, 2 links)
+//! table = 5 bytes per bucket (u32 index + control byte), 1.14 to 2.3 buckets
+//!         per entry
+//! bytes/entry ~= node * slab_slack (1.0..2.0) + 5.7..11.4
+//! ```
+//!
+//! Measured for `ExpireMap<u64, u64>` with 10^6 entries (counting allocator,
+//! `cargo run --release --example memory`): **69.2 bytes per entry**. The
+//! event ring costs nothing until the first `subscribe`.
+//!
+//! # User code and locks
+//!
+//! Keys are hashed before any lock is taken. While a shard lock is held the
+//! only user code that runs is `Eq` (inside a lookup) and `V::clone` (in
+//! `get`, `get_with_ttl`): they must not call back into the same map. Values
+//! that leave the map are dropped, and events published, after the lock is
+//! released; subscribers run on their own threads and may call back into the
+//! map, subscribe, or drop it.
+//!
+//! # Panics
+//!
+//! The map's operations do not panic on any input. A panic in user `Hash`,
+//! `Eq` or `Clone` propagates to the caller and leaves the shard consistent
+//! (parking_lot locks do not poison). A panic in a value's `Drop` on the
+//! eviction thread is caught; the thread carries on.
+//! [`Builder::build`] panics on invalid settings ([`Builder::try_build`]
+//! returns the error instead).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -6,12 +167,11 @@ mod sync;
 
 pub mod broadcast;
 pub mod clock;
+mod map;
 pub mod timer;
 
-pub use clock::{Clock, ManualClock, SystemClock};
-mod map;
-
 pub use broadcast::{RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use map::{
     BuildError, Builder, Cause, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, Event, ExpireMap, MAX_EVENT_CAPACITY, MAX_PERIOD,
