@@ -170,6 +170,11 @@ pub mod clock;
 mod map;
 pub mod timer;
 
+/// The README's code blocks, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use broadcast::{RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use map::{
