@@ -104,10 +104,7 @@ impl<K, V> Shard<K, V> {
         let wheel = &self.wheel;
         self.table
             .find(hash, |&i| {
-                wheel
-                    .id_at(i)
-                    .and_then(|id| wheel.get(id))
-                    .is_some_and(|e| e.key.borrow() == key)
+                wheel.get_at(i).is_some_and(|e| e.key.borrow() == key)
             })
             .copied()
     }
@@ -176,12 +173,8 @@ impl<K, V> Shard<K, V> {
             },
         );
         let wheel = &self.wheel;
-        self.table.insert_unique(hash, id.index(), |&i| {
-            wheel
-                .id_at(i)
-                .and_then(|id| wheel.get(id))
-                .map_or(0, |e| e.hash)
-        });
+        self.table
+            .insert_unique(hash, id.index(), |&i| wheel.get_at(i).map_or(0, |e| e.hash));
         PutOutcome::Inserted
     }
 

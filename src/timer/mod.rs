@@ -279,6 +279,17 @@ impl<T, const R: u32> TimerWheel<T, R> {
         }
     }
 
+    /// The payload of the pending timer at slab `index`, if any, whatever its
+    /// generation: for callers that store bare indices of timers they know
+    /// to be pending (see [`id_at`](Self::id_at)).
+    #[inline]
+    pub fn get_at(&self, index: u32) -> Option<&T> {
+        match self.nodes.get(index as usize)? {
+            Node::Occupied { value, .. } => Some(value),
+            Node::Vacant { .. } => None,
+        }
+    }
+
     /// The id of the pending timer at slab `index`, if any. Lets a caller
     /// store a bare `u32` (for example in a hash table) and recover the handle.
     #[inline]

@@ -483,8 +483,10 @@ fn id_at_recovers_the_handle_of_a_pending_timer() {
     let id = w.insert(9, 'i');
     assert_eq!(w.id_at(id.index()), Some(id));
     assert_eq!(w.id_at(id.index() + 1), None);
+    assert_eq!(w.get_at(id.index()), Some(&'i'));
     w.cancel(id);
     assert_eq!(w.id_at(id.index()), None);
+    assert_eq!(w.get_at(id.index()), None);
 }
 
 #[test]
