@@ -139,21 +139,19 @@ where
     K: Send + Sync,
     V: Send + Sync,
 {
-    /// `true` if an event published now would reach someone.
+    /// A sender to publish with, if an event published now would reach
+    /// someone. It is a clone, so no lock is held while sending: `send` may
+    /// drop old events (user `Drop`), which may drop the last map handle,
+    /// whose shutdown takes this slot's write lock on the same thread.
     #[inline]
-    fn listening(&self) -> bool {
-        self.created.load(Ordering::Acquire)
-            && sync::read_recursive(&self.sender)
-                .as_ref()
-                .is_some_and(|s| s.receiver_count() > 0)
-    }
-
-    fn publish(&self, events: impl IntoIterator<Item = Event<K, V>>) {
-        let guard = sync::read_recursive(&self.sender);
-        match guard.as_ref() {
-            Some(s) => events.into_iter().for_each(|e| s.send(e)),
-            None => drop(events.into_iter().count()),
+    fn live_sender(&self) -> Option<broadcast::Sender<Event<K, V>>> {
+        if !self.created.load(Ordering::Acquire) {
+            return None;
         }
+        sync::read_recursive(&self.sender)
+            .as_ref()
+            .filter(|s| s.receiver_count() > 0)
+            .cloned()
     }
 }
 
@@ -462,31 +460,34 @@ where
     fn leave(&self, old: Removed<K, V>, now: u64) -> Option<V> {
         match old.door {
             Door::Expired => {
-                if self.events.listening() {
-                    self.events.publish([Event::new(
+                if let Some(s) = self.events.live_sender() {
+                    s.send(Event::new(
                         old.key,
                         old.value,
                         Cause::Expired,
                         old.deadline,
                         now,
-                    )]);
+                    ));
                 }
                 None
             }
             door => {
-                if self.config.publish_removals && self.events.listening() {
+                if !self.config.publish_removals {
+                    return Some(old.value);
+                }
+                if let Some(s) = self.events.live_sender() {
                     let cause = if door == Door::Removed {
                         Cause::Removed
                     } else {
                         Cause::Replaced
                     };
-                    self.events.publish([Event::new(
+                    s.send(Event::new(
                         old.key,
                         old.value.clone(),
                         cause,
                         old.deadline,
                         now,
-                    )]);
+                    ));
                 }
                 Some(old.value)
             }
@@ -498,24 +499,20 @@ where
     /// `Expired`; live ones as `live` (`Removed` for `clear`, `Shutdown` at
     /// drop), published only if that cause is enabled.
     fn drain_shard(&self, shard: Shard<K, V>, now: u64, live: Cause) {
-        let listening = self.events.listening();
-        let publish_live = listening
-            && match live {
-                Cause::Shutdown => self.config.notify_on_shutdown,
-                _ => self.config.publish_removals,
-            };
-        let mut batch = Vec::new();
+        let Some(sender) = self.events.live_sender() else {
+            return; // dropping the shard drops every entry
+        };
+        let publish_live = match live {
+            Cause::Shutdown => self.config.notify_on_shutdown,
+            _ => self.config.publish_removals,
+        };
         shard.drain(|e| {
             let expired = now > e.deadline;
-            if (expired && listening) || publish_live {
+            if expired || publish_live {
                 let cause = if expired { Cause::Expired } else { live };
-                batch.push(Event::new(e.key, e.value, cause, e.deadline, now));
-                if batch.len() >= EVICT_BATCH {
-                    self.events.publish(batch.drain(..));
-                }
+                sender.send(Event::new(e.key, e.value, cause, e.deadline, now));
             }
         });
-        self.events.publish(batch);
     }
 
     /// Runs once, when the map is dropped (after the thread has stopped, or
@@ -555,14 +552,11 @@ where
         if batch.is_empty() {
             return;
         }
-        if self.events.listening() {
-            self.events.publish(
-                batch
-                    .drain(..)
-                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now)),
-            );
-        } else {
-            batch.clear();
+        match self.events.live_sender() {
+            Some(s) => batch
+                .drain(..)
+                .for_each(|r| s.send(Event::new(r.key, r.value, Cause::Expired, r.deadline, now))),
+            None => batch.clear(),
         }
     }
 

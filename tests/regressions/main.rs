@@ -1,0 +1,3 @@
+//! Regression tests: one file per bug, each with a header saying what broke.
+
+mod drop_in_publish;
