@@ -142,3 +142,34 @@ fn panicking_drop_does_not_kill_the_eviction_thread() {
     assert_eq!(id, 2);
     assert_eq!(map.len(), 0);
 }
+
+#[test]
+fn a_panicking_drop_does_not_leak_the_rest_of_its_batch() {
+    let clock = ManualClock::new();
+    let map = ExpireMap::<u32, Arc<Bomb>>::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .build();
+    let (tx, rx) = mpsc::channel();
+    let bomb = |id, explode, report| {
+        Arc::new(Bomb {
+            explode,
+            report: Mutex::new(report),
+            id,
+        })
+    };
+    // Same deadline, same shard: evicted in one batch, the bomb first.
+    map.put(1, bomb(1, true, None), MS);
+    map.put(2, bomb(2, false, Some(tx.clone())), MS);
+    map.put(3, bomb(3, false, Some(tx)), 50 * MS);
+    clock.advance(3 * MS);
+    let first = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("value 2 leaked");
+    assert_eq!(first, 2);
+    clock.advance(60 * MS);
+    let second = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("thread died");
+    assert_eq!(second, 3);
+}

@@ -569,9 +569,9 @@ where
     }
 
     /// The eviction thread's loop. User panics (from `Drop` of evicted values
-    /// or from event delivery) are caught: a pass that panicked is retried at
-    /// the next wake-up, with nothing lost (entries leave their shard only
-    /// inside `evict`, which runs no user code).
+    /// or from event delivery) are caught: a pass that panicked is retried
+    /// at once, with nothing lost (entries leave their shard only inside
+    /// `evict`, which runs no user code).
     fn run_evictor(&self) {
         let signal = &*self.signal;
         let real_time = self.clock.clock().is_real_time() && sync::TIMED_WAITS;
@@ -591,8 +591,11 @@ where
                 Wake::Due => {}
             }
             let now = self.clock.now();
-            let _ = catch_unwind(AssertUnwindSafe(|| self.evict_all(now)));
-            last_pass = Some(now);
+            // A pass cut short by a panicking user `Drop` left due entries
+            // behind: it does not count, so the next plan retries at once.
+            if catch_unwind(AssertUnwindSafe(|| self.evict_all(now))).is_ok() {
+                last_pass = Some(now);
+            }
             signal.passes.fetch_add(1, Ordering::Relaxed);
             if signal.is_stopping() {
                 return;
