@@ -38,6 +38,7 @@ fn map_dropped_by_an_event_evicted_from_the_ring() {
     let map: SelfMap = ExpireMap::builder()
         .clock(clock.clone())
         .event_capacity(1)
+        .shards(1) // one shard, one bin: evicted and published in put order
         .build();
     let sub = map.subscribe().unwrap(); // never reads: the ring overflows
     let (tx, rx) = mpsc::channel();
