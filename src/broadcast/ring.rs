@@ -5,9 +5,9 @@
 //! happens-before edges) are in the parent module's documentation; every
 //! `// SAFETY:` comment below refers to them by name.
 
+use crate::sync::futex::{Condvar, Mutex};
 use crate::sync::{
-    AtomicBool, AtomicU64, AtomicUsize, CachePadded, Condvar, Mutex, Ordering, UnsafeCell,
-    spin_loop, thread,
+    AtomicBool, AtomicU64, AtomicUsize, CachePadded, Ordering, UnsafeCell, spin_loop, thread,
 };
 
 /// Top bit of a reader counter: the reader is suspended (holds no claim and
@@ -52,7 +52,9 @@ pub(super) struct Inner<T> {
     senders: AtomicUsize,
     /// Live `Receiver`s.
     receivers: AtomicUsize,
-    /// Parking lot for blocked receivers; guards nothing but the wait.
+    /// Where blocked receivers wait; guards nothing but the wait. std's
+    /// futex lock, not parking_lot's, so Miri's strict-provenance mode can
+    /// check the blocking paths (see `sync::futex`).
     lock: Mutex<()>,
     wake: Condvar,
 }
