@@ -157,7 +157,12 @@ pub use error::{BuildError, RecvError, RecvTimeoutError, SubscribeError, TryRecv
 
 use crate::clock::{Clock, SystemClock};
 use crate::sync::{Arc, Ordering};
-use ring::{Inner, SEQ, SUSPENDED};
+use ring::{Backoff, Inner, SEQ, SUSPENDED};
+
+/// Backoff steps a blocking receive spends watching `read_gen` before it
+/// parks: 6 rounds of doubling spins (127 `spin_loop` hints in all), then
+/// 4 yields of the thread.
+const SPINS_BEFORE_PARK: u32 = 10;
 use std::fmt;
 use std::ops::Deref;
 use std::time::Duration;
@@ -181,6 +186,10 @@ pub struct Receiver<T> {
     /// Next sequence to read, as this receiver last set it. The counter may
     /// have been force-advanced past it since; the difference is the lag.
     next: u64,
+    /// The highest `read_gen` this receiver has loaded (Acquire), or `next`
+    /// if higher: `next..known` is published and its writes happened-before.
+    /// Receives use it instead of loading the hot `read_gen` line again.
+    known: u64,
 }
 
 impl<T: Send + Sync> Sender<T> {
@@ -284,6 +293,7 @@ impl<T: Send + Sync> Sender<T> {
                 inner: Arc::clone(&self.inner),
                 slot,
                 next,
+                known: next,
             }),
             None => Err(SubscribeError::RegistryFull {
                 max_readers: self.inner.max_readers(),
@@ -393,8 +403,9 @@ impl<T> Active<'_, T> {
             0,
             "read by a suspended reader"
         );
-        // SAFETY: `pos < limit`, a value of `read_gen` loaded with Acquire,
-        // so the slot holds `pos`'s message and its write happened-before
+        // SAFETY: `pos < limit`, a value of `read_gen` this receiver loaded
+        // with Acquire (now or in an earlier receive: `known`), so the slot
+        // holds `pos`'s message and its write happened-before
         // (edge P). This token's claim is `<= pos` and stays so while `&self`
         // is borrowed (claims only change through `&mut self` or `Drop`), so
         // no writer takes or overwrites the slot until then (edge F).
@@ -432,15 +443,21 @@ impl<T> Drop for Active<'_, T> {
         // counter; cleanup's CAS expects a suspended value and fails.
         counter.store(SUSPENDED | self.pos, Ordering::Release);
         self.rx.next = self.pos;
+        self.rx.known = self.limit;
     }
 }
 
 impl<T> Receiver<T> {
     /// Fast check, without becoming active: `true` if nothing was published
-    /// past `next`. A forced advance never passes `read_gen`, so a lagged
-    /// receiver is never reported empty.
-    fn nothing_new(&self) -> bool {
-        self.inner.published() == self.next
+    /// past `next`. Loads `read_gen` only when everything known was read. A
+    /// forced advance never passes `read_gen`, so a lagged receiver is never
+    /// reported empty.
+    fn nothing_new(&mut self) -> bool {
+        if self.next < self.known {
+            return false;
+        }
+        self.known = self.inner.published();
+        self.known == self.next
     }
 
     /// Becomes active: CAS `SUSPENDED | s -> s` on our own counter, where `s`
@@ -466,14 +483,34 @@ impl<T> Receiver<T> {
         let lag = pos - self.next;
         let active = Active {
             pos,
-            limit: pos,
+            // `known` was loaded with Acquire by this receiver: still valid.
+            limit: pos.max(self.known),
             rx: self,
         };
         (active, lag)
     }
 
+    /// Before parking, spins (then yields) for a short while, watching
+    /// `read_gen` only: a receiver that keeps up with its writer would
+    /// otherwise park after nearly every message and make every publish pay
+    /// a wake-up. Returns `true` if something was published or the area
+    /// closed. Not under loom, where spinning only multiplies schedules.
+    fn spin_for_news(&mut self) -> bool {
+        if cfg!(expiremap_loom) {
+            return false;
+        }
+        let mut backoff = Backoff::new();
+        for _ in 0..SPINS_BEFORE_PARK {
+            backoff.snooze();
+            if !self.nothing_new() || self.inner.closed() {
+                return true;
+            }
+        }
+        false
+    }
+
     /// `Err(Closed)` if closed and drained, else `Err(Empty)`; no activation.
-    fn empty_or_closed(&self) -> TryRecvError {
+    fn empty_or_closed(&mut self) -> TryRecvError {
         if self.inner.closed() && self.nothing_new() {
             TryRecvError::Closed
         } else {
@@ -529,7 +566,9 @@ impl<T: Clone + Send + Sync> Receiver<T> {
                 Err(TryRecvError::Lagged(n)) => return Err(RecvError::Lagged(n)),
                 Err(TryRecvError::Closed) => return Err(RecvError::Closed),
                 Err(TryRecvError::Empty) => {
-                    self.inner.park(self.next, None);
+                    if !self.spin_for_news() {
+                        self.inner.park(self.next, None);
+                    }
                 }
             }
         }
@@ -566,6 +605,9 @@ impl<T: Clone + Send + Sync> Receiver<T> {
             let elapsed = clock.now();
             if elapsed >= limit {
                 return Err(RecvTimeoutError::Timeout);
+            }
+            if self.spin_for_news() {
+                continue;
             }
             let left = Duration::from_nanos(limit - elapsed);
             if self.inner.park(self.next, Some(left)) {
