@@ -124,13 +124,27 @@ fn run_once(
     elapsed
 }
 
-fn ours<const N: usize>(msgs: &Arc<Vec<[u8; N]>>, readers: usize) -> Duration {
+/// How `expiremap` readers receive in a run.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Blocking `recv`, one message per call (one CAS pair per message).
+    Recv,
+    /// `try_recv_batch` of up to 64 (one CAS pair per batch), falling back
+    /// to a blocking `recv` when nothing is available.
+    Batch,
+}
+
+fn ours<const N: usize>(msgs: &Arc<Vec<[u8; N]>>, readers: usize, mode: Mode) -> Duration {
     // The sender must be dropped inside the timed region for readers to see
     // Closed, so it is moved into the write closure.
     let tx = expiremap::broadcast::Sender::<[u8; N]>::new(CAPACITY, readers).unwrap();
     let rxs: Vec<_> = (0..readers).map(|_| tx.subscribe().unwrap()).collect();
     let mut rxs = rxs.into_iter();
-    let case = format!("expiremap/{readers}r/{N}B");
+    let name = match mode {
+        Mode::Recv => "expiremap",
+        Mode::Batch => "expiremap-batch",
+    };
+    let case = format!("{name}/{readers}r/{N}B");
     let msgs = Arc::clone(msgs);
     let flow = Flow::new(readers);
     let wflow = Arc::clone(&flow);
@@ -142,7 +156,20 @@ fn ours<const N: usize>(msgs: &Arc<Vec<[u8; N]>>, readers: usize) -> Duration {
             let flow = Arc::clone(&flow);
             Box::new(move || {
                 let (mut got, mut seen) = (0, 0);
+                let mut batch = Vec::with_capacity(64);
                 loop {
+                    if let Mode::Batch = mode {
+                        batch.clear();
+                        if let Ok(n) = rx.try_recv_batch(&mut batch, 64) {
+                            for m in batch.drain(..) {
+                                black_box(m);
+                            }
+                            got += n as u64;
+                            seen += n as u64;
+                            flow.done(i, seen);
+                            continue;
+                        }
+                    }
                     match rx.recv() {
                         Ok(m) => {
                             black_box(m);
@@ -279,8 +306,13 @@ fn fanout<const N: usize>(c: &mut Criterion) {
         .throughput(Throughput::Elements(MESSAGES as u64));
     for readers in READERS {
         group.bench_with_input(BenchmarkId::new("expiremap", readers), &readers, |b, &r| {
-            b.iter_custom(|iters| (0..iters).map(|_| ours(&msgs, r)).sum())
+            b.iter_custom(|iters| (0..iters).map(|_| ours(&msgs, r, Mode::Recv)).sum())
         });
+        group.bench_with_input(
+            BenchmarkId::new("expiremap-batch", readers),
+            &readers,
+            |b, &r| b.iter_custom(|iters| (0..iters).map(|_| ours(&msgs, r, Mode::Batch)).sum()),
+        );
         group.bench_with_input(BenchmarkId::new("tokio", readers), &readers, |b, &r| {
             b.iter_custom(|iters| (0..iters).map(|_| tokio_bcast(&msgs, r)).sum())
         });
