@@ -1,4 +1,5 @@
-//! One writer, three readers that keep up, and one slow reader that lags.
+//! One writer, three readers that keep up (given a scheduler that lets them
+//! run), and one slow reader that lags.
 //!
 //! ```sh
 //! cargo run --example broadcast
@@ -14,8 +15,10 @@ use expiremap::broadcast::{RecvError, RecvTimeoutError, Sender, TryRecvError};
 use std::thread;
 use std::time::Duration;
 
-const MESSAGES: u64 = 2_000;
-const CAPACITY: usize = 256;
+const MESSAGES: u64 = 4_000;
+/// Room for the readers that keep up to be descheduled for a while without
+/// losing anything; the slow reader still falls far behind.
+const CAPACITY: usize = 1024;
 
 #[derive(Clone, Debug)]
 struct Event {

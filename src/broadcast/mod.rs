@@ -74,8 +74,11 @@
 //!
 //! * **P (publish -> read).** The writer of `seq` writes the slot, then moves
 //!   `read_gen` past `seq` with a Release swap; a reader loads `read_gen`
-//!   (Acquire) and reads only `seq < read_gen`. Each writer waits for
-//!   `read_gen == seq` with Acquire loads, so edges chain over writers.
+//!   (Acquire) and reads only `seq < read_gen`. It keeps the value it loaded
+//!   (`Receiver::known`) and reloads only once it has read up to it: the edge
+//!   holds for every later receive on that thread, and the `Receiver` moves
+//!   between threads only through a synchronizing hand-off. Each writer waits
+//!   for `read_gen == seq` with Acquire loads, so edges chain over writers.
 //! * **F (read -> free -> reuse).** A reader stores its counter past `seq`
 //!   (Release) only after it finished reading `seq`. Cleanup loads every
 //!   counter (Acquire), then raises `last_valid` with an AcqRel `fetch_max`;
@@ -91,7 +94,9 @@
 //!   cleanup racing the join is just a cleanup racing a resume (Pin 3).
 //! * **W (publish/close -> wake).** See `Inner::park`: the parking receiver
 //!   and the publisher (or last sender) both RMW `read_gen`, so one of them
-//!   sees the other.
+//!   sees the other. Before parking, a blocking receive spins and yields
+//!   briefly while watching `read_gen` (not under loom), so a receiver that
+//!   keeps up rarely makes a publish pay a wake-up.
 //!
 //! ## Cleanup
 //!
