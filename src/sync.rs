@@ -44,6 +44,88 @@ mod imp {
         }
     }
 
+    /// A lock and condition variable on std's futex-based primitives, with
+    /// the same parking_lot-shaped API as [`Mutex`] and [`Condvar`]. Used
+    /// where Miri must run with `-Zmiri-strict-provenance` (the CI setting):
+    /// parking_lot_core's contended word lock casts integers to pointers,
+    /// which that mode rejects. Poisoning is ignored, as in parking_lot.
+    pub(crate) mod futex {
+        use std::ops::{Deref, DerefMut};
+        use std::sync::PoisonError;
+        use std::time::Duration;
+
+        /// std's mutex behind parking_lot's API.
+        #[derive(Debug, Default)]
+        pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+
+        /// Guard of [`Mutex`]; the `Option` lets `Condvar::wait` take it by `&mut`.
+        #[derive(Debug)]
+        pub(crate) struct MutexGuard<'a, T>(Option<std::sync::MutexGuard<'a, T>>);
+
+        impl<T> Mutex<T> {
+            pub(crate) const fn new(value: T) -> Self {
+                Self(std::sync::Mutex::new(value))
+            }
+            pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+                MutexGuard(Some(self.0.lock().unwrap_or_else(PoisonError::into_inner)))
+            }
+        }
+
+        impl<T> Deref for MutexGuard<'_, T> {
+            type Target = T;
+            fn deref(&self) -> &T {
+                self.0.as_ref().expect("guard present outside wait")
+            }
+        }
+        impl<T> DerefMut for MutexGuard<'_, T> {
+            fn deref_mut(&mut self) -> &mut T {
+                self.0.as_mut().expect("guard present outside wait")
+            }
+        }
+
+        /// Mirrors `parking_lot::WaitTimeoutResult`.
+        #[derive(Debug, Clone, Copy)]
+        pub(crate) struct WaitTimeoutResult(bool);
+        impl WaitTimeoutResult {
+            pub(crate) fn timed_out(self) -> bool {
+                self.0
+            }
+        }
+
+        /// std's condition variable behind parking_lot's API.
+        #[derive(Debug, Default)]
+        pub(crate) struct Condvar(std::sync::Condvar);
+
+        impl Condvar {
+            pub(crate) const fn new() -> Self {
+                Self(std::sync::Condvar::new())
+            }
+            pub(crate) fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
+                let g = guard.0.take().expect("guard present outside wait");
+                guard.0 = Some(self.0.wait(g).unwrap_or_else(PoisonError::into_inner));
+            }
+            pub(crate) fn wait_for<T>(
+                &self,
+                guard: &mut MutexGuard<'_, T>,
+                timeout: Duration,
+            ) -> WaitTimeoutResult {
+                let g = guard.0.take().expect("guard present outside wait");
+                let (g, r) = self
+                    .0
+                    .wait_timeout(g, timeout)
+                    .unwrap_or_else(PoisonError::into_inner);
+                guard.0 = Some(g);
+                WaitTimeoutResult(r.timed_out())
+            }
+            pub(crate) fn notify_one(&self) {
+                self.0.notify_one();
+            }
+            pub(crate) fn notify_all(&self) {
+                self.0.notify_all();
+            }
+        }
+    }
+
     /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.
     pub(crate) const TIMED_WAITS: bool = true;
 
@@ -173,6 +255,12 @@ mod imp {
         pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
             self.0.write().unwrap()
         }
+    }
+
+    /// Under loom the `futex` pair is loom's lock and condition variable,
+    /// like [`Mutex`] and [`Condvar`].
+    pub(crate) mod futex {
+        pub(crate) use super::{Condvar, Mutex, MutexGuard, WaitTimeoutResult};
     }
 
     /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.

@@ -1,214 +1,703 @@
-//! Temporary stand-in with the pinned API of the broadcast area, so the map
-//! can be built and tested while the lock-free ring is written on its own
-//! branch. It is replaced wholesale when that branch lands.
-#![allow(missing_docs, missing_debug_implementations)]
+//! The reader-generation broadcast area: a lock-free, lossy, multi-writer,
+//! multi-reader ring where every reader sees every message it keeps up with.
+//!
+//! ```
+//! use expiremap::broadcast::{Sender, TryRecvError};
+//!
+//! let tx = Sender::new(4, 8).unwrap(); // 4 messages, up to 8 readers
+//! let mut rx = tx.subscribe().unwrap();
+//! for i in 0..6 {
+//!     tx.send(i); // never waits for `rx`
+//! }
+//! assert_eq!(rx.try_recv(), Err(TryRecvError::Lagged(2))); // 0 and 1 were freed
+//! assert_eq!(rx.try_recv(), Ok(2)); // the oldest message still held
+//! let mut rest = Vec::new();
+//! assert_eq!(rx.try_recv_batch(&mut rest, 10), Ok(3));
+//! assert_eq!(rest, [3, 4, 5]);
+//! drop(tx);
+//! assert_eq!(rx.try_recv(), Err(TryRecvError::Closed));
+//! ```
+//!
+//! # Algorithm
+//!
+//! The broadcast "area" of seed 004 (`shared/seeds/004_*.txt`), itself after
+//! the LMAX Disruptor: messages get consecutive generation numbers; writers
+//! reserve a generation by CAS on `write_gen`, write the slot, and publish in
+//! order on `read_gen`. Every reader owns a cache-padded counter in a
+//! fixed-size registry; cleanup reads them all to find what no reader can
+//! still read, force-advances suspended readers, and raises `last_valid_gen`.
+//! It differs from the seed where the seed had holes (see DESIGN.md §4): no
+//! read while suspended, `T: Sync`, a power-of-two capacity, writers make room
+//! themselves instead of failing, and an `Arc` replaces the tournament drop.
+//!
+//! # Ground rules
+//!
+//! ## Generation encoding
+//!
+//! * A message's *generation* is `origin + seq` (wrapping), where `seq`
+//!   counts messages from 0 and `origin` is 0 (a test-only constructor starts
+//!   near `u64::MAX`). All counters hold `seq`, which fits in 63 bits: 2^63
+//!   messages at one per nanosecond take 292 years.
+//! * Ring slot of a message: `generation & (capacity - 1)`. The capacity is a
+//!   power of two, so it divides 2^64 and the slot index never jumps, even
+//!   when the generation wraps.
+//! * Three shared counters, always `last_valid <= read_gen <= write_gen <=
+//!   last_valid + capacity`:
+//!   `seq < last_valid` is freed (unreadable; its slot may be reused);
+//!   `seq < read_gen` is published; `seq < write_gen` is reserved.
+//!   Bit 63 of `read_gen` is `WAITING`: a receiver may be parked.
+//! * A reader counter is `SUSPENDED | seq` (bit 63 set: the reader is between
+//!   receives, claims nothing, will next read `seq`, and cleanup may move it
+//!   forward) or an active `seq` (the reader is copying `seq` or later; cleanup
+//!   never frees `seq` or anything after it). An empty registry slot is a
+//!   reader suspended at some `seq` that nobody will resume (initially 0).
+//!   Every counter's `seq` only grows.
+//!
+//! ## Who writes which field
+//!
+//! | field | written by | how |
+//! | --- | --- | --- |
+//! | `write_gen` | writers | CAS `seq -> seq + 1` (reserve) |
+//! | slot of `seq` | the writer that reserved `seq`, until it publishes | take the old value, write the new one |
+//! | `read_gen` low bits | the writer that reserved `read_gen` | `swap(seq + 1)` after waiting for `read_gen == seq` |
+//! | `read_gen` `WAITING` | parking receivers set it, publish and the last sender's drop clear it | `fetch_or` / `swap` / `fetch_and` |
+//! | `last_valid` | cleanup (any writer) | `fetch_max` |
+//! | reader counter, active | its reader only | plain stores (progress, suspend) |
+//! | reader counter, suspended | its reader (resume, join) and cleanup (force) | CAS only |
+//! | `taken[i]` | `subscribe` (CAS false -> true), `Receiver` drop (store false) | |
+//!
+//! A reader reads a slot only through an `Active` token, which exists only
+//! between a successful resume CAS and the suspending store in its `Drop`: a
+//! suspended reader cannot read, by construction.
+//!
+//! ## Happens-before edges
+//!
+//! * **P (publish -> read).** The writer of `seq` writes the slot, then moves
+//!   `read_gen` past `seq` with a Release swap; a reader loads `read_gen`
+//!   (Acquire) and reads only `seq < read_gen`. It keeps the value it loaded
+//!   (`Receiver::known`) and reloads only once it has read up to it: the edge
+//!   holds for every later receive on that thread, and the `Receiver` moves
+//!   between threads only through a synchronizing hand-off. Each writer waits
+//!   for `read_gen == seq` with Acquire loads, so edges chain over writers.
+//! * **F (read -> free -> reuse).** A reader stores its counter past `seq`
+//!   (Release) only after it finished reading `seq`. Cleanup loads every
+//!   counter (Acquire), then raises `last_valid` with an AcqRel `fetch_max`;
+//!   a writer loads `last_valid` (Acquire) before it reuses a slot. So every
+//!   read of the old message happens-before the writer takes it out.
+//! * **Claims.** Cleanup frees below `target` only after seeing every counter
+//!   at `>= target`, or a suspended one it moved there by CAS. A reader
+//!   resumes by CAS `SUSPENDED | s -> s`; both are RMWs on one location, so
+//!   either cleanup saw the active claim (and waited for it or lowered
+//!   `target`), or the resume reads the forced value and reports the lag. A
+//!   joining reader takes a registry slot, then CASes the slot's counter to
+//!   `max(counter, read_gen)`; an empty slot is always a counter too, so a
+//!   cleanup racing the join is just a cleanup racing a resume (Pin 3).
+//! * **W (publish/close -> wake).** See `Inner::park`: the parking receiver
+//!   and the publisher (or last sender) both RMW `read_gen`, so one of them
+//!   sees the other. Before parking, a blocking receive spins and yields
+//!   briefly while watching `read_gen` (not under loom), so a receiver that
+//!   keeps up rarely makes a publish pay a wake-up.
+//!
+//! ## Cleanup
+//!
+//! A writer that finds the ring full (`write_gen == last_valid + capacity`)
+//! runs cleanup for `needed = write_gen + 1 - capacity`: it frees up to the
+//! smallest claim of a registered reader, but at least up to `needed`.
+//! Suspended readers below `needed` are moved to exactly `needed`, so a
+//! reader with at most `capacity` unread messages never loses any, and a
+//! reader that did lose messages resumes at the oldest message still held and
+//! reports `Lagged(n)` with the exact count. The only reader a writer waits
+//! for is an active one below `needed`: it is copying one message.
+//!
+//! Freed values are dropped by the writer that reuses their slot, after it
+//! publishes, or when the last handle goes: at most `capacity` messages are
+//! alive at a time and no user code runs between reserve and publish.
+//!
+//! ## Writer panics
+//!
+//! A writer's slot is emptied right after it reserves it, and a guard
+//! publishes the slot if the writer unwinds before writing it. Such an empty
+//! published slot is a *tombstone*: receivers skip it silently. It still
+//! occupies a generation, so if a receiver lags over it, it is counted in
+//! `Lagged(n)` like a message.
+//!
+//! ## Lifetime
+//!
+//! Handles share one `Arc`; `Sender`s are also counted, and the last one to
+//! go marks the area closed and wakes parked receivers. The ring drops every
+//! message it still holds when the last handle goes. Nothing spins in `Drop`.
+//!
+//! # Rejected at compile time
+//!
+//! A message type that is not `Sync` would let two receivers share a `&T`
+//! across threads:
+//!
+//! ```compile_fail,E0599
+//! use expiremap::broadcast::Sender;
+//! let tx = Sender::<std::cell::Cell<u32>>::new(4, 1); // Cell is not Sync
+//! ```
+//!
+//! A reference obtained from a receiver cannot outlive the guard that keeps
+//! the reader active (reading while suspended is impossible):
+//!
+//! ```compile_fail,E0597
+//! use expiremap::broadcast::Sender;
+//! let tx = Sender::<String>::new(4, 1).unwrap();
+//! let mut rx = tx.subscribe().unwrap();
+//! tx.send("a".to_string());
+//! let s: &String = {
+//!     let guard = rx.try_recv_ref().unwrap();
+//!     &*guard
+//! }; // the guard suspends the reader here
+//! println!("{s}");
+//! ```
 
-use crate::sync::{Arc, Condvar, Mutex};
-use std::collections::VecDeque;
+mod error;
+mod ring;
+
+#[cfg(all(test, not(expiremap_loom)))]
+mod tests;
+
+pub use error::{BuildError, RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
+
+use crate::clock::{Clock, SystemClock};
+use crate::sync::{Arc, Ordering};
+use ring::{Backoff, Inner, SEQ, SUSPENDED};
+
+/// Backoff steps a blocking receive spends watching `read_gen` before it
+/// parks: 6 rounds of doubling spins (127 `spin_loop` hints in all), then
+/// 4 yields of the thread.
+const SPINS_BEFORE_PARK: u32 = 10;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::ops::Deref;
+use std::time::Duration;
 
-struct State<T> {
-    buf: VecDeque<T>,
-    head: u64, // generation of buf[0]
-    readers: Vec<Option<u64>>,
-    senders: usize,
+/// The writing end of a broadcast area. Clones are more writers of the same
+/// area; the area closes when the last one is dropped.
+///
+/// `Send + Sync` when `T: Send + Sync`.
+pub struct Sender<T> {
+    inner: Arc<Inner<T>>,
 }
 
-struct Shared<T> {
-    cap: usize,
-    state: Mutex<State<T>>,
-    cv: Condvar,
-}
-
-pub struct Sender<T>(Arc<Shared<T>>);
+/// The reading end of a broadcast area: one registry slot and a position.
+/// Created by [`Sender::subscribe`]; dropping it frees the registry slot.
+///
+/// `Send` when `T: Send + Sync`.
 pub struct Receiver<T> {
-    shared: Arc<Shared<T>>,
+    inner: Arc<Inner<T>>,
+    /// Registry slot owned by this receiver.
     slot: usize,
+    /// Next sequence to read, as this receiver last set it. The counter may
+    /// have been force-advanced past it since; the difference is the lag.
+    next: u64,
+    /// The highest `read_gen` this receiver has loaded (Acquire), or `next`
+    /// if higher: `next..known` is published and its writes happened-before.
+    /// Receives use it instead of loading the hot `read_gen` line again.
+    known: u64,
 }
-
-macro_rules! err {
-    ($name:ident { $($v:ident $(($t:ty))?),* }) => {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum $name { $($v $(($t))?),* }
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { fmt::Debug::fmt(self, f) }
-        }
-        impl std::error::Error for $name {}
-    };
-}
-err!(RecvError { Lagged(u64), Closed });
-err!(TryRecvError { Empty, Lagged(u64), Closed });
-err!(RecvTimeoutError { Timeout, Lagged(u64), Closed });
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SubscribeError {
-    RegistryFull { max_readers: usize },
-}
-impl fmt::Display for SubscribeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-impl std::error::Error for SubscribeError {}
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuildError {
-    Capacity(usize),
-    MaxReaders(usize),
-}
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-impl std::error::Error for BuildError {}
 
 impl<T: Send + Sync> Sender<T> {
+    /// A new area holding up to `capacity` messages for up to `max_readers`
+    /// live receivers.
+    ///
+    /// `capacity` must be a power of two (at least 1) and `max_readers` at
+    /// least 1; otherwise the error names the bad setting.
+    ///
+    /// ```
+    /// use expiremap::broadcast::{BuildError, Sender};
+    /// assert!(Sender::<u32>::new(1024, 16).is_ok());
+    /// assert_eq!(
+    ///     Sender::<u32>::new(1000, 16).unwrap_err(),
+    ///     BuildError::CapacityNotPowerOfTwo { capacity: 1000 }
+    /// );
+    /// assert_eq!(Sender::<u32>::new(8, 0).unwrap_err(), BuildError::ZeroMaxReaders);
+    /// ```
     pub fn new(capacity: usize, max_readers: usize) -> Result<Self, BuildError> {
-        if capacity == 0 || !capacity.is_power_of_two() {
-            return Err(BuildError::Capacity(capacity));
+        Self::with_origin(capacity, max_readers, 0)
+    }
+
+    /// Like [`Sender::new`], with generation `origin` for the first message.
+    fn with_origin(capacity: usize, max_readers: usize, origin: u64) -> Result<Self, BuildError> {
+        if !capacity.is_power_of_two() {
+            return Err(BuildError::CapacityNotPowerOfTwo { capacity });
         }
         if max_readers == 0 {
-            return Err(BuildError::MaxReaders(max_readers));
+            return Err(BuildError::ZeroMaxReaders);
         }
-        Ok(Self(Arc::new(Shared {
-            cap: capacity,
-            state: Mutex::new(State {
-                buf: VecDeque::new(),
-                head: 0,
-                readers: vec![None; max_readers],
-                senders: 1,
-            }),
-            cv: Condvar::new(),
-        })))
-    }
-    pub fn send(&self, value: T) {
-        let old = {
-            let mut s = self.0.state.lock();
-            s.buf.push_back(value);
-            let old = if s.buf.len() > self.0.cap {
-                s.head += 1;
-                s.buf.pop_front()
-            } else {
-                None
-            };
-            self.0.cv.notify_all();
-            old
-        };
-        drop(old);
-    }
-    pub fn subscribe(&self) -> Result<Receiver<T>, SubscribeError> {
-        let mut s = self.0.state.lock();
-        let next = s.head + s.buf.len() as u64;
-        let max_readers = s.readers.len();
-        let slot = s
-            .readers
-            .iter()
-            .position(Option::is_none)
-            .ok_or(SubscribeError::RegistryFull { max_readers })?;
-        s.readers[slot] = Some(next);
-        Ok(Receiver {
-            shared: self.0.clone(),
-            slot,
+        Ok(Self {
+            inner: Arc::new(Inner::new(capacity, max_readers, origin)),
         })
     }
-    pub fn receiver_count(&self) -> usize {
-        self.0.state.lock().readers.iter().flatten().count()
+
+    /// Test-only: the first message gets generation `u64::MAX - capacity`
+    /// (or `origin` as given), so generations wrap within a few messages.
+    #[cfg(test)]
+    pub(crate) fn with_start_generation(
+        capacity: usize,
+        max_readers: usize,
+        origin: u64,
+    ) -> Result<Self, BuildError> {
+        Self::with_origin(capacity, max_readers, origin)
     }
+
+    /// Publishes `value` to every current receiver.
+    ///
+    /// Never waits for a slow receiver: if the ring is full, this writer runs
+    /// cleanup and frees the oldest message, and receivers that had not read
+    /// it get [`TryRecvError::Lagged`]. It may wait briefly for a receiver
+    /// that is in the middle of copying the oldest message out, and for
+    /// earlier writers to publish (messages are published in order).
+    ///
+    /// A receiver's `T::clone` (or a held [`RecvRef`]) must not send on the
+    /// same area: that writer could wait for its own reader.
+    pub fn send(&self, value: T) {
+        self.send_with(move || value);
+    }
+
+    /// Reserves a slot, builds the value with `make`, publishes it. If `make`
+    /// unwinds, the slot is published as a tombstone so the ring keeps going.
+    fn send_with(&self, make: impl FnOnce() -> T) {
+        let inner = &*self.inner;
+        let seq = inner.reserve();
+        let slot = inner.slot(seq);
+        // SAFETY: `reserve` made this writer the only thread that touches
+        // `slot(seq)` until `seq` is published, and (edge F) every read of the
+        // slot's previous message happened-before; no reader can read it
+        // again because its sequence is below `last_valid`. Taking the old
+        // value leaves a tombstone until the value is written.
+        let old = slot.with_mut(|p| unsafe { (*p).take() });
+        let publish = Publish { inner, seq };
+        let value = make();
+        // SAFETY: as above; `seq` is still reserved and unpublished (the
+        // guard publishes only when dropped, below).
+        slot.with_mut(|p| unsafe {
+            debug_assert!((*p).is_none());
+            *p = Some(value);
+        });
+        drop(publish);
+        // The freed message's `Drop` runs after publishing, outside the
+        // reserve..publish window.
+        drop(old);
+    }
+
+    /// Registers a new receiver. It starts at the next message published
+    /// after it joined.
+    ///
+    /// ```
+    /// use expiremap::broadcast::{Sender, SubscribeError};
+    /// let tx = Sender::<u8>::new(8, 1).unwrap();
+    /// let rx = tx.subscribe().unwrap();
+    /// assert_eq!(tx.subscribe().unwrap_err(), SubscribeError::RegistryFull { max_readers: 1 });
+    /// drop(rx);
+    /// assert!(tx.subscribe().is_ok()); // the slot is reused
+    /// ```
+    pub fn subscribe(&self) -> Result<Receiver<T>, SubscribeError> {
+        match self.inner.join() {
+            Some((slot, next)) => Ok(Receiver {
+                inner: Arc::clone(&self.inner),
+                slot,
+                next,
+                known: next,
+            }),
+            None => Err(SubscribeError::RegistryFull {
+                max_readers: self.inner.max_readers(),
+            }),
+        }
+    }
+
+    /// The number of live receivers (one atomic load): a writer can skip
+    /// building a message when it is 0.
+    pub fn receiver_count(&self) -> usize {
+        self.inner.receiver_count()
+    }
+
+    /// The number of messages the ring holds.
     pub fn capacity(&self) -> usize {
-        self.0.cap
+        self.inner.capacity()
+    }
+}
+
+/// Publishes its sequence when dropped, whether the slot was written or the
+/// writer is unwinding (then the slot is a tombstone).
+struct Publish<'a, T> {
+    inner: &'a Inner<T>,
+    seq: u64,
+}
+
+impl<T> Drop for Publish<'_, T> {
+    fn drop(&mut self) {
+        self.inner.publish(self.seq);
     }
 }
 
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
-        self.0.state.lock().senders += 1;
-        Self(self.0.clone())
+        self.inner.add_sender();
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
-        self.0.state.lock().senders -= 1;
-        self.0.cv.notify_all();
+        self.inner.remove_sender();
     }
 }
 
-impl<T> Drop for Receiver<T> {
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender")
+            .field("area", &*self.inner)
+            .finish()
+    }
+}
+
+/// What an active reader found at its position.
+enum Next {
+    /// A message is at `Active::pos`.
+    Ready,
+    /// Nothing published yet; senders remain.
+    Empty,
+    /// Nothing left and every sender is gone.
+    Closed,
+}
+
+/// Proof that a receiver is active: its counter holds a claim at or below
+/// `pos`, so nothing from `pos` on is freed while this token lives. Only
+/// [`Receiver::resume`] creates one; its `Drop` suspends the reader at `pos`.
+struct Active<'a, T> {
+    rx: &'a mut Receiver<T>,
+    /// Next sequence to read; the stored claim is `<= pos`.
+    pos: u64,
+    /// `read_gen` as last loaded: `pos..limit` is published.
+    limit: u64,
+}
+
+impl<T> Active<'_, T> {
+    /// Skips tombstones and reports whether a message is at `pos`.
+    fn advance(&mut self) -> Next {
+        loop {
+            if self.pos == self.limit {
+                self.limit = self.rx.inner.published();
+                if self.pos == self.limit {
+                    if !self.rx.inner.closed() {
+                        return Next::Empty;
+                    }
+                    // Closed: every publish happened-before; look once more.
+                    self.limit = self.rx.inner.published();
+                    if self.pos == self.limit {
+                        return Next::Closed;
+                    }
+                }
+            }
+            if self.current().is_some() {
+                return Next::Ready;
+            }
+            self.pos += 1; // a tombstone left by a panicking writer
+        }
+    }
+
+    /// The message at `pos` (`None` for a tombstone). Requires `pos < limit`.
+    fn current(&self) -> Option<&T> {
+        assert!(self.pos < self.limit);
+        #[cfg(all(debug_assertions, not(expiremap_loom)))]
+        debug_assert_eq!(
+            self.rx.inner.counter(self.rx.slot).load(Ordering::Relaxed) & SUSPENDED,
+            0,
+            "read by a suspended reader"
+        );
+        // SAFETY: `pos < limit`, a value of `read_gen` this receiver loaded
+        // with Acquire (now or in an earlier receive: `known`), so the slot
+        // holds `pos`'s message and its write happened-before
+        // (edge P). This token's claim is `<= pos` and stays so while `&self`
+        // is borrowed (claims only change through `&mut self` or `Drop`), so
+        // no writer takes or overwrites the slot until then (edge F).
+        self.rx
+            .inner
+            .slot(self.pos)
+            .with(|p| unsafe { (*p).as_ref() })
+    }
+
+    /// Clones the message at `pos` and moves past it. Requires `Ready`.
+    fn take_clone(&mut self) -> T
+    where
+        T: Clone,
+    {
+        // If `clone` unwinds, `Drop` suspends at `pos`: the message is
+        // retried by the next receive.
+        let value = self.current().expect("advance returned Ready").clone();
+        self.pos += 1;
+        value
+    }
+
+    /// Publishes progress without suspending, so that a writer waiting for
+    /// this reader (mid-batch) waits for one message, not the whole batch.
+    fn release_before_pos(&self) {
+        let counter = self.rx.inner.counter(self.rx.slot);
+        // Release: edge F for every message below `pos`.
+        counter.store(self.pos, Ordering::Release);
+    }
+}
+
+impl<T> Drop for Active<'_, T> {
     fn drop(&mut self) {
-        self.shared.state.lock().readers[self.slot] = None;
+        let counter = self.rx.inner.counter(self.rx.slot);
+        // Release: edge F. Plain store: only the owner writes an active
+        // counter; cleanup's CAS expects a suspended value and fails.
+        counter.store(SUSPENDED | self.pos, Ordering::Release);
+        self.rx.next = self.pos;
+        self.rx.known = self.limit;
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Fast check, without becoming active: `true` if nothing was published
+    /// past `next`. Loads `read_gen` only when everything known was read. A
+    /// forced advance never passes `read_gen`, so a lagged receiver is never
+    /// reported empty.
+    fn nothing_new(&mut self) -> bool {
+        if self.next < self.known {
+            return false;
+        }
+        self.known = self.inner.published();
+        self.known == self.next
+    }
+
+    /// Becomes active: CAS `SUSPENDED | s -> s` on our own counter, where `s`
+    /// may have been moved forward by cleanup since we suspended. Returns the
+    /// token and the number of messages lost in between.
+    fn resume(&mut self) -> (Active<'_, T>, u64) {
+        let counter = self.inner.counter(self.slot);
+        let mut cur = counter.load(Ordering::Relaxed);
+        loop {
+            debug_assert!(cur & SUSPENDED != 0, "resume of an active reader");
+            match counter.compare_exchange_weak(
+                cur,
+                cur & SEQ,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        let pos = cur & SEQ;
+        debug_assert!(pos >= self.next);
+        let lag = pos - self.next;
+        let active = Active {
+            pos,
+            // `known` was loaded with Acquire by this receiver: still valid.
+            limit: pos.max(self.known),
+            rx: self,
+        };
+        (active, lag)
+    }
+
+    /// Before parking, spins (then yields) for a short while, watching
+    /// `read_gen` only: a receiver that keeps up with its writer would
+    /// otherwise park after nearly every message and make every publish pay
+    /// a wake-up. Returns `true` if something was published or the area
+    /// closed. Not under loom, where spinning only multiplies schedules.
+    fn spin_for_news(&mut self) -> bool {
+        if cfg!(expiremap_loom) {
+            return false;
+        }
+        let mut backoff = Backoff::new();
+        for _ in 0..SPINS_BEFORE_PARK {
+            backoff.snooze();
+            if !self.nothing_new() || self.inner.closed() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `Err(Closed)` if closed and drained, else `Err(Empty)`; no activation.
+    fn empty_or_closed(&mut self) -> TryRecvError {
+        if self.inner.closed() && self.nothing_new() {
+            TryRecvError::Closed
+        } else {
+            TryRecvError::Empty
+        }
+    }
+}
+
+impl<T: Send + Sync> Receiver<T> {
+    /// Borrows the next message in place, without cloning. The receiver
+    /// stays active while the guard lives, and a writer that needs this
+    /// message's slot waits for the guard: keep it short.
+    ///
+    /// ```
+    /// use expiremap::broadcast::Sender;
+    /// let tx = Sender::new(4, 1).unwrap();
+    /// let mut rx = tx.subscribe().unwrap();
+    /// tx.send(String::from("hello"));
+    /// let msg = rx.try_recv_ref().unwrap();
+    /// assert_eq!(msg.len(), 5);
+    /// ```
+    pub fn try_recv_ref(&mut self) -> Result<RecvRef<'_, T>, TryRecvError> {
+        if self.nothing_new() {
+            return Err(self.empty_or_closed());
+        }
+        let (mut active, lag) = self.resume();
+        if lag > 0 {
+            return Err(TryRecvError::Lagged(lag));
+        }
+        match active.advance() {
+            Next::Ready => {
+                let seq = active.pos;
+                active.pos += 1; // suspend past it when the guard drops
+                Ok(RecvRef { active, seq })
+            }
+            Next::Empty => Err(TryRecvError::Empty),
+            Next::Closed => Err(TryRecvError::Closed),
+        }
     }
 }
 
 impl<T: Clone + Send + Sync> Receiver<T> {
-    fn poll(&mut self) -> Result<T, TryRecvError> {
-        let mut s = self.shared.state.lock();
-        let pos = s.readers[self.slot].unwrap();
-        if pos < s.head {
-            s.readers[self.slot] = Some(s.head);
-            return Err(TryRecvError::Lagged(s.head - pos));
-        }
-        let i = (pos - s.head) as usize;
-        if let Some(v) = s.buf.get(i).cloned() {
-            s.readers[self.slot] = Some(pos + 1);
-            return Ok(v);
-        }
-        if s.senders == 0 {
-            Err(TryRecvError::Closed)
-        } else {
-            Err(TryRecvError::Empty)
-        }
-    }
-    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
-        self.poll()
-    }
+    /// Receives the next message, blocking until one is published or every
+    /// sender is gone.
+    ///
+    /// `Err(Lagged(n))` reports `n` lost messages; the next call continues
+    /// from the oldest message still held. `Err(Closed)` means every sender
+    /// is gone and everything was received.
     pub fn recv(&mut self) -> Result<T, RecvError> {
         loop {
-            match self.poll() {
+            match self.try_recv() {
                 Ok(v) => return Ok(v),
                 Err(TryRecvError::Lagged(n)) => return Err(RecvError::Lagged(n)),
                 Err(TryRecvError::Closed) => return Err(RecvError::Closed),
-                Err(TryRecvError::Empty) => {}
-            }
-            let mut s = self.shared.state.lock();
-            let pos = s.readers[self.slot].unwrap();
-            if pos == s.head + s.buf.len() as u64 && s.senders > 0 {
-                self.shared.cv.wait(&mut s);
+                Err(TryRecvError::Empty) => {
+                    if !self.spin_for_news() {
+                        self.inner.park(self.next, None);
+                    }
+                }
             }
         }
     }
+
+    /// Receives the next message if one is available now.
+    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        if self.nothing_new() {
+            return Err(self.empty_or_closed());
+        }
+        let (mut active, lag) = self.resume();
+        if lag > 0 {
+            return Err(TryRecvError::Lagged(lag));
+        }
+        match active.advance() {
+            Next::Ready => Ok(active.take_clone()),
+            Next::Empty => Err(TryRecvError::Empty),
+            Next::Closed => Err(TryRecvError::Closed),
+        }
+    }
+
+    /// Like [`recv`](Self::recv), but gives up with `Err(Timeout)` after
+    /// `timeout`.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        let end = Instant::now() + timeout;
+        let clock = SystemClock::new();
+        let limit = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         loop {
-            match self.poll() {
+            match self.try_recv() {
                 Ok(v) => return Ok(v),
                 Err(TryRecvError::Lagged(n)) => return Err(RecvTimeoutError::Lagged(n)),
                 Err(TryRecvError::Closed) => return Err(RecvTimeoutError::Closed),
                 Err(TryRecvError::Empty) => {}
             }
-            let now = Instant::now();
-            if now >= end {
+            let elapsed = clock.now();
+            if elapsed >= limit {
                 return Err(RecvTimeoutError::Timeout);
             }
-            let mut s = self.shared.state.lock();
-            let pos = s.readers[self.slot].unwrap();
-            if pos == s.head + s.buf.len() as u64 && s.senders > 0 {
-                self.shared.cv.wait_for(&mut s, end - now);
+            if self.spin_for_news() {
+                continue;
+            }
+            let left = Duration::from_nanos(limit - elapsed);
+            if self.inner.park(self.next, Some(left)) {
+                // One last look: a message may have landed with the timeout.
+                return self.try_recv().map_err(|e| match e {
+                    TryRecvError::Empty => RecvTimeoutError::Timeout,
+                    TryRecvError::Lagged(n) => RecvTimeoutError::Lagged(n),
+                    TryRecvError::Closed => RecvTimeoutError::Closed,
+                });
             }
         }
     }
+
+    /// Appends up to `max` available messages to `out`, activating once for
+    /// the whole batch. Returns how many were appended (at least 1), or the
+    /// same errors as [`try_recv`](Self::try_recv) when none were; `max == 0`
+    /// returns `Ok(0)`.
     pub fn try_recv_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<usize, TryRecvError> {
+        if max == 0 {
+            return Ok(0);
+        }
+        if self.nothing_new() {
+            return Err(self.empty_or_closed());
+        }
+        let (mut active, lag) = self.resume();
+        if lag > 0 {
+            return Err(TryRecvError::Lagged(lag));
+        }
         let mut n = 0;
         while n < max {
-            match self.poll() {
-                Ok(v) => {
-                    out.push(v);
+            match active.advance() {
+                Next::Ready => {
+                    out.push(active.take_clone());
                     n += 1;
+                    active.release_before_pos();
                 }
-                Err(TryRecvError::Empty) if n > 0 => break,
-                Err(e) if n == 0 => return Err(e),
-                Err(_) => break,
+                Next::Empty if n > 0 => break,
+                Next::Closed if n > 0 => break,
+                Next::Empty => return Err(TryRecvError::Empty),
+                Next::Closed => return Err(TryRecvError::Closed),
             }
         }
         Ok(n)
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        self.inner.leave(self.slot);
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver")
+            .field("slot", &self.slot)
+            .field("next", &self.next)
+            .field("area", &*self.inner)
+            .finish()
+    }
+}
+
+/// A message borrowed in place by [`Receiver::try_recv_ref`]. The receiver
+/// is active (it holds the message) until the guard is dropped.
+pub struct RecvRef<'a, T> {
+    active: Active<'a, T>,
+    seq: u64,
+}
+
+impl<T> Deref for RecvRef<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        let inner = &self.active.rx.inner;
+        // SAFETY: `seq < active.limit` (published, edge P) and the stored
+        // claim is `<= seq` until `active` is dropped, which cannot happen
+        // while `&self` is borrowed; the slot was `Some` when the guard was
+        // made and nobody writes it while the claim holds (edge F).
+        let value = inner.slot(self.seq).with(|p| unsafe { (*p).as_ref() });
+        value.expect("a RecvRef points at a message")
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for RecvRef<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RecvRef").field(&**self).finish()
     }
 }

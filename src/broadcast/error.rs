@@ -1,0 +1,125 @@
+//! Error types of the broadcast area.
+
+use std::fmt;
+
+/// An invalid setting given to [`Sender::new`](super::Sender::new).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `capacity` must be a power of two and at least 1.
+    CapacityNotPowerOfTwo {
+        /// The capacity that was asked for.
+        capacity: usize,
+    },
+    /// `max_readers` must be at least 1.
+    ZeroMaxReaders,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CapacityNotPowerOfTwo { capacity } => write!(
+                f,
+                "broadcast capacity must be a power of two >= 1, got {capacity}"
+            ),
+            Self::ZeroMaxReaders => f.write_str("broadcast max_readers must be >= 1, got 0"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Why [`Sender::subscribe`](super::Sender::subscribe) failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubscribeError {
+    /// Every registry slot is owned by a live `Receiver`; dropping one frees
+    /// its slot.
+    RegistryFull {
+        /// The registry size the area was built with.
+        max_readers: usize,
+    },
+}
+
+impl fmt::Display for SubscribeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RegistryFull { max_readers } => write!(
+                f,
+                "broadcast reader registry is full ({max_readers} readers)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SubscribeError {}
+
+/// Why [`Receiver::recv`](super::Receiver::recv) returned no message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvError {
+    /// Exactly this many messages were freed before this receiver read them.
+    /// The next receive continues from the oldest message still held.
+    Lagged(u64),
+    /// Every `Sender` is gone and every message has been received.
+    Closed,
+}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Lagged(n) => write!(f, "receiver lagged behind and lost {n} messages"),
+            Self::Closed => f.write_str("broadcast area closed: every sender is gone"),
+        }
+    }
+}
+
+impl std::error::Error for RecvError {}
+
+/// Why [`Receiver::try_recv`](super::Receiver::try_recv) returned no message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TryRecvError {
+    /// No message is available now; senders remain.
+    Empty,
+    /// Exactly this many messages were freed before this receiver read them.
+    /// The next receive continues from the oldest message still held.
+    Lagged(u64),
+    /// Every `Sender` is gone and every message has been received.
+    Closed,
+}
+
+impl fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("no message available"),
+            Self::Lagged(n) => write!(f, "receiver lagged behind and lost {n} messages"),
+            Self::Closed => f.write_str("broadcast area closed: every sender is gone"),
+        }
+    }
+}
+
+impl std::error::Error for TryRecvError {}
+
+/// Why [`Receiver::recv_timeout`](super::Receiver::recv_timeout) returned no
+/// message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvTimeoutError {
+    /// The timeout elapsed with no message.
+    Timeout,
+    /// Exactly this many messages were freed before this receiver read them.
+    /// The next receive continues from the oldest message still held.
+    Lagged(u64),
+    /// Every `Sender` is gone and every message has been received.
+    Closed,
+}
+
+impl fmt::Display for RecvTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("timed out waiting for a message"),
+            Self::Lagged(n) => write!(f, "receiver lagged behind and lost {n} messages"),
+            Self::Closed => f.write_str("broadcast area closed: every sender is gone"),
+        }
+    }
+}
+
+impl std::error::Error for RecvTimeoutError {}

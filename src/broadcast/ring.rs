@@ -1,0 +1,391 @@
+//! The shared state of one broadcast area: the ring, the reader registry and
+//! the writer protocol (reserve, write, publish, cleanup).
+//!
+//! The ground rules (generation encoding, who writes which field, the
+//! happens-before edges) are in the parent module's documentation; every
+//! `// SAFETY:` comment below refers to them by name.
+
+use crate::sync::futex::{Condvar, Mutex};
+use crate::sync::{
+    AtomicBool, AtomicU64, AtomicUsize, CachePadded, Ordering, UnsafeCell, spin_loop, thread,
+};
+
+/// Top bit of a reader counter: the reader is suspended (holds no claim and
+/// may be force-advanced by cleanup).
+pub(super) const SUSPENDED: u64 = 1 << 63;
+
+/// Top bit of `read_gen`: a receiver may be parked on the condition
+/// variable, so the next publish (or the last sender's drop) must notify.
+pub(super) const WAITING: u64 = 1 << 63;
+
+/// The low 63 bits of a counter: a sequence number.
+pub(super) const SEQ: u64 = !(1 << 63);
+
+/// Spins this many rounds (doubling each time) before yielding the thread.
+const SPIN_ROUNDS: u32 = 6;
+
+/// The state shared by every handle of one area.
+pub(super) struct Inner<T> {
+    /// Next sequence number to reserve. CAS by writers only.
+    write_gen: CachePadded<AtomicU64>,
+    /// Every sequence below `read_gen & SEQ` is published. Low bits moved by
+    /// the writer that owns the next sequence (swap); `WAITING` set by
+    /// parking receivers (`fetch_or`), cleared by publish and close.
+    read_gen: CachePadded<AtomicU64>,
+    /// Every sequence below it is freed: unreadable, its slot reusable.
+    /// Raised by cleanup (`fetch_max`), read by writers.
+    last_valid: CachePadded<AtomicU64>,
+    /// The ring. `None` is an empty slot or a tombstone.
+    slots: Box<[UnsafeCell<Option<T>>]>,
+    /// `capacity - 1`; the capacity is a power of two.
+    mask: u64,
+    /// Generation of sequence 0: `generation = origin + seq` (wrapping).
+    /// Always 0 except in the test-only constructor.
+    origin: u64,
+    /// One counter per registry slot: `SUSPENDED | seq` or an active `seq`.
+    readers: Box<[CachePadded<AtomicU64>]>,
+    /// `true` while a `Receiver` owns the registry slot.
+    taken: Box<[AtomicBool]>,
+    /// Where the next `subscribe` starts probing.
+    probe: AtomicUsize,
+    /// Live `Sender`s; 0 means closed.
+    senders: AtomicUsize,
+    /// Live `Receiver`s.
+    receivers: AtomicUsize,
+    /// Where blocked receivers wait; guards nothing but the wait. std's
+    /// futex lock, not parking_lot's, so Miri's strict-provenance mode can
+    /// check the blocking paths (see `sync::futex`).
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+// SAFETY: `Inner` hands `&T` (and clones made from `&T`) to receivers on other
+// threads, so `T: Sync` is required; values move in from one thread and are
+// dropped on another, so `T: Send` is required. Every access to a slot follows
+// the ground rules of the parent module, which make slot accesses data-race
+// free. The remaining fields are atomics and locks.
+unsafe impl<T: Send + Sync> Send for Inner<T> {}
+// SAFETY: as for `Send` above.
+unsafe impl<T: Send + Sync> Sync for Inner<T> {}
+
+/// Exponential spin, then yield: used only by the waits the ground rules
+/// allow (an earlier writer publishing, a reader mid-copy).
+pub(super) struct Backoff(u32);
+
+impl Backoff {
+    pub(super) fn new() -> Self {
+        Self(0)
+    }
+
+    pub(super) fn snooze(&mut self) {
+        if cfg!(expiremap_loom) {
+            // loom's spin_loop is a yield; one is enough to let others run.
+            spin_loop();
+        } else if self.0 < SPIN_ROUNDS {
+            for _ in 0..1u32 << self.0 {
+                spin_loop();
+            }
+            self.0 += 1;
+        } else {
+            thread::yield_now();
+        }
+    }
+}
+
+impl<T> Inner<T> {
+    /// A ring of `capacity` (a power of two) slots and `max_readers` (>= 1)
+    /// registry slots; sequence 0 is generation `origin`.
+    pub(super) fn new(capacity: usize, max_readers: usize, origin: u64) -> Self {
+        debug_assert!(capacity.is_power_of_two() && max_readers >= 1);
+        Self {
+            write_gen: CachePadded::new(AtomicU64::new(0)),
+            read_gen: CachePadded::new(AtomicU64::new(0)),
+            last_valid: CachePadded::new(AtomicU64::new(0)),
+            slots: (0..capacity).map(|_| UnsafeCell::new(None)).collect(),
+            mask: capacity as u64 - 1,
+            origin,
+            // An empty registry slot is a reader suspended at sequence 0.
+            readers: (0..max_readers)
+                .map(|_| CachePadded::new(AtomicU64::new(SUSPENDED)))
+                .collect(),
+            taken: (0..max_readers).map(|_| AtomicBool::new(false)).collect(),
+            probe: AtomicUsize::new(0),
+            senders: AtomicUsize::new(1),
+            receivers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub(super) fn max_readers(&self) -> usize {
+        self.readers.len()
+    }
+
+    /// Index of the ring slot that holds sequence `seq`: the low bits of its
+    /// generation. Because the capacity divides 2^64, consecutive
+    /// generations map to consecutive slots even across `u64::MAX -> 0`.
+    #[inline]
+    pub(super) fn slot_index(&self, seq: u64) -> usize {
+        (self.origin.wrapping_add(seq) & self.mask) as usize
+    }
+
+    #[inline]
+    pub(super) fn slot(&self, seq: u64) -> &UnsafeCell<Option<T>> {
+        &self.slots[self.slot_index(seq)]
+    }
+
+    /// The reader counter of registry slot `i`.
+    #[inline]
+    pub(super) fn counter(&self, i: usize) -> &AtomicU64 {
+        &self.readers[i]
+    }
+
+    /// Sequences below the returned value are published (edge P: Acquire).
+    #[inline]
+    pub(super) fn published(&self) -> u64 {
+        self.read_gen.load(Ordering::Acquire) & SEQ
+    }
+
+    /// `true` once every `Sender` is gone. Acquire: every publish of every
+    /// sender happens-before (each sender's drop is an AcqRel decrement).
+    #[inline]
+    pub(super) fn closed(&self) -> bool {
+        self.senders.load(Ordering::Acquire) == 0
+    }
+
+    pub(super) fn receiver_count(&self) -> usize {
+        self.receivers.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn add_sender(&self) {
+        self.senders.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops one sender; the last one closes the area and wakes every
+    /// parked receiver.
+    pub(super) fn remove_sender(&self) {
+        if self.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Edge W: a receiver that set WAITING before this RMW is notified;
+            // one that sets it after reads `senders == 0` (AcqRel chain).
+            let prev = self.read_gen.fetch_and(SEQ, Ordering::AcqRel);
+            if prev & WAITING != 0 {
+                self.notify_all();
+            }
+        }
+    }
+
+    fn notify_all(&self) {
+        let _guard = self.lock.lock();
+        self.wake.notify_all();
+    }
+
+    // ----- writers ---------------------------------------------------------
+
+    /// Reserves the next sequence for this writer. On return the writer is
+    /// the only thread that may touch `slot(seq)` until it publishes `seq`,
+    /// and every reader access to the slot's previous sequence
+    /// happens-before the return (edge F).
+    ///
+    /// Waits only for an earlier writer to publish or for a reader mid-copy;
+    /// runs cleanup itself when the ring is full.
+    pub(super) fn reserve(&self) -> u64 {
+        let cap = self.mask + 1;
+        let mut backoff = Backoff::new();
+        let mut seq = self.write_gen.load(Ordering::Relaxed);
+        loop {
+            // Acquire: edge F (cleanup released it after observing readers).
+            let valid = self.last_valid.load(Ordering::Acquire);
+            if seq >= valid + cap {
+                // The ring is full: free the oldest sequence the writer needs.
+                let needed = seq + 1 - cap;
+                if self.published() < needed {
+                    // An earlier writer has not published yet; wait for it.
+                    backoff.snooze();
+                } else {
+                    self.cleanup(needed);
+                }
+                seq = self.write_gen.load(Ordering::Relaxed);
+                continue;
+            }
+            debug_assert!(seq < SEQ - cap, "sequence space exhausted");
+            match self.write_gen.compare_exchange_weak(
+                seq,
+                seq + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return seq,
+                Err(now) => seq = now,
+            }
+        }
+    }
+
+    /// Publishes `seq`: waits until every earlier sequence is published,
+    /// then moves `read_gen` past it (Release: edge P) and wakes parked
+    /// receivers if any asked for it (edge W).
+    pub(super) fn publish(&self, seq: u64) {
+        let mut backoff = Backoff::new();
+        while self.read_gen.load(Ordering::Acquire) & SEQ != seq {
+            backoff.snooze();
+        }
+        // Only the owner of `seq` changes the low bits now; receivers may set
+        // WAITING concurrently, which the swap reads and clears.
+        let prev = self.read_gen.swap(seq + 1, Ordering::AcqRel);
+        debug_assert_eq!(prev & SEQ, seq);
+        if prev & WAITING != 0 {
+            self.notify_all();
+        }
+    }
+
+    /// Frees at least every sequence below `needed` (which must be
+    /// published), and more if no reader holds it: raises `last_valid` to
+    /// `target`, the minimum over the claims of registered readers, but never
+    /// below `needed`. Suspended readers below `needed` are force-advanced to
+    /// exactly `needed` (they will report the lag); an active reader below
+    /// `needed` is mid-copy and is waited for. Empty registry slots are
+    /// suspended readers that nobody will resume, so they are moved to
+    /// `target` (the seed's Pin 3).
+    ///
+    /// Edge F: every counter value read here (Acquire) was stored by its
+    /// reader after it finished reading everything below it; the final
+    /// `fetch_max` (Release) passes that on to writers that load
+    /// `last_valid`.
+    pub(super) fn cleanup(&self, needed: u64) {
+        let published = self.published();
+        debug_assert!(needed <= published);
+        // Never free an unpublished sequence.
+        let needed = needed.min(published);
+        let mut target = published;
+        for (counter, taken) in self.readers.iter().zip(self.taken.iter()) {
+            let mut backoff = Backoff::new();
+            let mut cur = counter.load(Ordering::Acquire);
+            loop {
+                let pos = cur & SEQ;
+                if pos >= target {
+                    break; // claims nothing below the target
+                }
+                // Read after the counter: if `cur` was stored by the current
+                // owner (or after it joined), `taken` is seen as `true`.
+                let real = taken.load(Ordering::Acquire);
+                if cur & SUSPENDED == 0 {
+                    // Active: copying `pos` (or about to).
+                    if pos >= needed {
+                        target = pos;
+                        break;
+                    }
+                    backoff.snooze(); // the one wait on a reader: mid-copy
+                    cur = counter.load(Ordering::Acquire);
+                    continue;
+                }
+                if real && pos >= needed {
+                    target = pos; // within capacity: keep what it will read
+                    break;
+                }
+                // Force-advance: a real reader exactly to `needed`, an empty
+                // slot to the current target.
+                let to = if real { needed } else { target };
+                match counter.compare_exchange(
+                    cur,
+                    SUSPENDED | to,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        if real {
+                            target = needed;
+                        }
+                        break;
+                    }
+                    Err(now) => cur = now,
+                }
+            }
+        }
+        self.last_valid.fetch_max(target, Ordering::AcqRel);
+    }
+
+    // ----- registry --------------------------------------------------------
+
+    /// Takes a free registry slot and positions a suspended reader there at
+    /// the next sequence to be published. `None` if the registry is full.
+    /// Returns `(registry slot, starting sequence)`.
+    pub(super) fn join(&self) -> Option<(usize, u64)> {
+        let n = self.readers.len();
+        let start = self.probe.fetch_add(1, Ordering::Relaxed) % n;
+        let i = (0..n).map(|k| (start + k) % n).find(|&i| {
+            self.taken[i]
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        let published = self.published();
+        let counter = self.counter(i);
+        let mut cur = counter.load(Ordering::Acquire);
+        let seq = loop {
+            debug_assert!(cur & SUSPENDED != 0, "an unowned reader is active");
+            // A cleanup may have moved the empty slot past `published`
+            // already; never go back below what it freed.
+            let seq = (cur & SEQ).max(published);
+            match counter.compare_exchange(
+                cur,
+                SUSPENDED | seq,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break seq,
+                Err(now) => cur = now,
+            }
+        };
+        self.receivers.fetch_add(1, Ordering::Relaxed);
+        Some((i, seq))
+    }
+
+    /// Gives registry slot `i` back. Its counter stays a suspended counter,
+    /// which cleanup now treats as empty.
+    pub(super) fn leave(&self, i: usize) {
+        debug_assert!(self.counter(i).load(Ordering::Relaxed) & SUSPENDED != 0);
+        self.receivers.fetch_sub(1, Ordering::Relaxed);
+        self.taken[i].store(false, Ordering::Release);
+    }
+
+    /// Parks the calling receiver until a publish or close may have happened,
+    /// unless something already did: `next` is the receiver's next sequence.
+    /// Returns `true` if `timeout` elapsed.
+    ///
+    /// No lost wake-up (edge W): `WAITING` is set by an RMW on `read_gen`
+    /// while holding `lock`. A publish or close is an RMW on `read_gen` too,
+    /// so it either precedes ours (then we see the new sequence or, through
+    /// the AcqRel chain, `senders == 0`, and do not sleep) or follows it
+    /// (then it sees `WAITING` and notifies under `lock`, which we hold until
+    /// `wait` releases it atomically).
+    pub(super) fn park(&self, next: u64, timeout: Option<std::time::Duration>) -> bool {
+        let mut guard = self.lock.lock();
+        let prev = self.read_gen.fetch_or(WAITING, Ordering::AcqRel);
+        if prev & SEQ != next || self.closed() {
+            return false;
+        }
+        match timeout {
+            None => {
+                self.wake.wait(&mut guard);
+                false
+            }
+            Some(t) => self.wake.wait_for(&mut guard, t).timed_out(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Inner<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("capacity", &self.capacity())
+            .field("max_readers", &self.max_readers())
+            .field("write_gen", &self.write_gen.load(Ordering::Relaxed))
+            .field("read_gen", &(self.read_gen.load(Ordering::Relaxed) & SEQ))
+            .field("last_valid", &self.last_valid.load(Ordering::Relaxed))
+            .field("senders", &self.senders.load(Ordering::Relaxed))
+            .field("receivers", &self.receiver_count())
+            .finish_non_exhaustive()
+    }
+}
