@@ -80,8 +80,12 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> u64 {
-        // Saturates after ~584 years instead of wrapping.
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        let d = Instant::now().saturating_duration_since(self.origin);
+        // Saturates after ~584 years instead of wrapping; u64 arithmetic
+        // avoids `as_nanos`' u128 on this hot path.
+        d.as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(d.subsec_nanos()))
     }
 }
 

@@ -19,6 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const P: u64 = 1_000_000; // default precision, ns
+/// The map's timer tick for the default precision: the largest power of two
+/// nanoseconds not above 1 ms.
+const SHIFT: u32 = 19;
 
 #[derive(Clone, Copy, Debug)]
 struct Model {
@@ -26,9 +29,10 @@ struct Model {
     deadline: u64,
 }
 
-/// The first eviction tick of a deadline, as the map defines it.
+/// Whether eviction at `now` takes an entry with `deadline`: its timer tick,
+/// the first tick after the deadline, has been reached.
 fn evictable(deadline: u64, now: u64) -> bool {
-    (deadline / P).saturating_add(1) <= now / P
+    (deadline >> SHIFT) + 1 <= now >> SHIFT
 }
 
 fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
@@ -170,7 +174,14 @@ fn single_threaded(seed: u64, ops: usize) {
                 // next_expiry is a hint no later than the first eviction tick
                 let first = model
                     .values()
-                    .map(|m| (m.deadline / P).saturating_add(1).saturating_mul(P))
+                    .map(|m| {
+                        let tick = (m.deadline >> SHIFT) + 1;
+                        if tick > u64::MAX >> SHIFT {
+                            u64::MAX
+                        } else {
+                            tick << SHIFT
+                        }
+                    })
                     .min();
                 match (map.next_expiry(), first) {
                     (None, None) => {}

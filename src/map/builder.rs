@@ -157,8 +157,11 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
-    /// Timer granularity (default 1 ms): eviction happens at most one
-    /// precision after the first pass at or after the deadline.
+    /// Timer granularity (default 1 ms): the eviction thread evicts an entry
+    /// at most one precision after its deadline (plus the wait for the next
+    /// pass). Internally the timer ticks in the largest power of two
+    /// nanoseconds not above this (524,288 ns for 1 ms), so eviction is never
+    /// later than asked.
     pub fn precision(mut self, d: Duration) -> Self {
         self.precision = d;
         self

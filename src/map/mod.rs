@@ -203,7 +203,12 @@ where
     pub(crate) fn from_parts(config: Config, clock: Time, hasher: S) -> Result<Self, BuildError> {
         let now = clock.now();
         let shards = (0..config.shards)
-            .map(|_| CachePadded::new(RwLock::new(Shard::new(config.precision, now))))
+            .map(|_| {
+                CachePadded::new(RwLock::new(Shard::new(
+                    shard::tick_shift(config.precision),
+                    now,
+                )))
+            })
             .collect();
         let background = config.background_eviction;
         let inner = Arc::new(Inner {
@@ -257,9 +262,7 @@ where
         let (outcome, kick) = {
             let mut shard = inner.shard(hash).write();
             let outcome = shard.put(hash, key, value, deadline, now);
-            let evict_at = shard
-                .tick_for(deadline)
-                .saturating_mul(inner.config.precision);
+            let evict_at = shard.time_of(shard.tick_for(deadline));
             (outcome, inner.signal.needs_kick(evict_at))
         };
         if kick && self.evictor.is_some() {
@@ -357,9 +360,7 @@ where
         let (done, kick) = {
             let mut shard = inner.shard(hash).write();
             let done = shard.touch(hash, key, deadline, now);
-            let evict_at = shard
-                .tick_for(deadline)
-                .saturating_mul(inner.config.precision);
+            let evict_at = shard.time_of(shard.tick_for(deadline));
             (done, done && inner.signal.needs_kick(evict_at))
         };
         if kick && self.evictor.is_some() {
@@ -622,9 +623,13 @@ impl<K, V, S> Drop for ExpireMap<K, V, S> {
     }
 }
 
+/// `d` in nanoseconds, saturating (without `as_nanos`' u128 arithmetic).
 #[inline]
 fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }
 
 impl<K, V, S> fmt::Debug for ExpireMap<K, V, S> {

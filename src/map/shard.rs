@@ -14,12 +14,15 @@
 //! * Values leave the shard by value (`Removed<K, V>`): the caller drops them,
 //!   or publishes them, after releasing the lock.
 //! * Time: entries carry their exact deadline in clock nanoseconds. The wheel
-//!   runs on ticks of `precision` nanoseconds; an entry's timer tick is the
+//!   runs on ticks of `2^shift` nanoseconds, the largest power of two not
+//!   above the configured precision (1 ms gives 524,288 ns), so converting a
+//!   time to a tick is a shift, not a division. An entry's timer tick is the
 //!   first tick that starts strictly after its deadline, so eviction is never
-//!   early and at most one precision late. Reads compare the exact deadline.
+//!   early and at most one tick (less than one precision) late. Reads compare
+//!   the exact deadline.
 
 use crate::timer::TimerWheel;
-use hashbrown::HashTable;
+use hashbrown::{HashTable, hash_table};
 use std::borrow::Borrow;
 
 /// A stored entry. With the wheel node around it, an entry costs
@@ -54,6 +57,12 @@ pub(crate) struct Removed<K, V> {
     pub(crate) door: Door,
 }
 
+/// The tick shift for a precision of `precision` ns: the largest `s` with
+/// `2^s <= precision` (at least 1).
+pub(crate) fn tick_shift(precision: u64) -> u32 {
+    (63 - precision.max(2).leading_zeros()).max(1)
+}
+
 /// Result of [`Shard::put`].
 pub(crate) enum PutOutcome<K, V> {
     /// A new entry; nothing left the shard.
@@ -67,18 +76,19 @@ pub(crate) enum PutOutcome<K, V> {
 pub(crate) struct Shard<K, V> {
     table: HashTable<u32>,
     wheel: TimerWheel<Entry<K, V>>,
-    /// Nanoseconds per wheel tick.
-    precision: u64,
+    /// A wheel tick lasts `2^shift` nanoseconds.
+    shift: u32,
 }
 
 impl<K, V> Shard<K, V> {
-    pub(crate) fn new(precision: u64, now: u64) -> Self {
-        // >= 2 keeps `tick_for` from saturating (see `evict`).
-        debug_assert!(precision >= 2);
+    /// A shard whose ticks last `2^shift` ns (see [`tick_shift`]).
+    pub(crate) fn new(shift: u32, now: u64) -> Self {
+        // >= 1 keeps `tick_for` from saturating (see `evict`).
+        debug_assert!((1..64).contains(&shift));
         Self {
             table: HashTable::new(),
-            wheel: TimerWheel::new(now / precision),
-            precision,
+            wheel: TimerWheel::new(now >> shift),
+            shift,
         }
     }
 
@@ -86,7 +96,15 @@ impl<K, V> Shard<K, V> {
     /// the first tick starting strictly after the deadline.
     #[inline]
     pub(crate) fn tick_for(&self, deadline: u64) -> u64 {
-        (deadline / self.precision).saturating_add(1)
+        (deadline >> self.shift) + 1
+    }
+
+    /// Clock time (ns) at which the wheel reaches `tick`.
+    #[inline]
+    pub(crate) fn time_of(&self, tick: u64) -> u64 {
+        tick.checked_shl(self.shift)
+            .filter(|t| t >> self.shift == tick)
+            .unwrap_or(u64::MAX)
     }
 
     #[inline]
@@ -142,40 +160,50 @@ impl<K, V> Shard<K, V> {
         K: Eq,
     {
         let tick = self.tick_for(deadline);
-        if let Some(index) = self.find(hash, &key) {
-            let id = self
-                .wheel
-                .id_at(index)
-                .expect("table points at a vacant node");
-            let e = self.wheel.get_mut(id).expect("live id");
-            let door = if now <= e.deadline {
-                Door::Replaced
-            } else {
-                Door::Expired
-            };
-            let old_deadline = std::mem::replace(&mut e.deadline, deadline);
-            let old_value = std::mem::replace(&mut e.value, value);
-            self.wheel.reschedule(id, tick);
-            return PutOutcome::Overwrote(Removed {
-                key,
-                value: old_value,
-                deadline: old_deadline,
-                door,
-            });
-        }
-        let id = self.wheel.insert(
-            tick,
-            Entry {
-                key,
-                value,
-                deadline,
-                hash,
-            },
-        );
         let wheel = &self.wheel;
-        self.table
-            .insert_unique(hash, id.index(), |&i| wheel.get_at(i).map_or(0, |e| e.hash));
-        PutOutcome::Inserted
+        // One probe serves both outcomes; `hash_of` is only used if the table
+        // grows, and reads the stored hashes (no user code).
+        let entry = self.table.entry(
+            hash,
+            |&i| wheel.get_at(i).is_some_and(|e| e.key == key),
+            |&i| wheel.get_at(i).map_or(0, |e| e.hash),
+        );
+        match entry {
+            hash_table::Entry::Occupied(o) => {
+                let id = self
+                    .wheel
+                    .id_at(*o.get())
+                    .expect("table points at a vacant node");
+                let e = self.wheel.get_mut(id).expect("live id");
+                let door = if now <= e.deadline {
+                    Door::Replaced
+                } else {
+                    Door::Expired
+                };
+                let old_deadline = std::mem::replace(&mut e.deadline, deadline);
+                let old_value = std::mem::replace(&mut e.value, value);
+                self.wheel.reschedule(id, tick);
+                PutOutcome::Overwrote(Removed {
+                    key,
+                    value: old_value,
+                    deadline: old_deadline,
+                    door,
+                })
+            }
+            hash_table::Entry::Vacant(v) => {
+                let id = self.wheel.insert(
+                    tick,
+                    Entry {
+                        key,
+                        value,
+                        deadline,
+                        hash,
+                    },
+                );
+                v.insert(id.index());
+                PutOutcome::Inserted
+            }
+        }
     }
 
     /// Removes `key` if held. The door is `Removed` if it was live at `now`,
@@ -239,11 +267,11 @@ impl<K, V> Shard<K, V> {
     /// Evicts at most `limit` entries whose timers are due at `now`, pushing
     /// them to `out`. Returns `true` if more are due.
     pub(crate) fn evict(&mut self, now: u64, limit: usize, out: &mut Vec<Removed<K, V>>) -> bool {
-        let now_tick = now / self.precision;
+        let now_tick = now >> self.shift;
         let table = &mut self.table;
         self.wheel.advance_at_most(now_tick, limit, |id, e| {
-            // tick = deadline / precision + 1 cannot overflow for a precision
-            // of at least 2 ns, so a fired timer is always past its deadline.
+            // tick = (deadline >> shift) + 1 cannot overflow for shift >= 1,
+            // so a fired timer is always past its deadline.
             debug_assert!(e.deadline < now);
             let index = id.index();
             table
@@ -261,15 +289,13 @@ impl<K, V> Shard<K, V> {
 
     /// When the wheel next has work, in clock nanoseconds (`None` if empty).
     pub(crate) fn next_wakeup(&self) -> Option<u64> {
-        self.wheel
-            .next_wakeup()
-            .map(|t| t.saturating_mul(self.precision))
+        self.wheel.next_wakeup().map(|t| self.time_of(t))
     }
 
     /// Takes every entry out, leaving the shard empty, in O(1) under the lock
     /// (the caller drains the returned shard after unlocking).
     pub(crate) fn take_all(&mut self, now: u64) -> Shard<K, V> {
-        std::mem::replace(self, Shard::new(self.precision, now))
+        std::mem::replace(self, Shard::new(self.shift, now))
     }
 
     /// Drains every entry (for `clear` and shutdown), without the lock.

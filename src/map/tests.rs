@@ -4,7 +4,8 @@
 use super::shard::{Door, PutOutcome, Shard};
 use std::collections::HashMap;
 
-const P: u64 = 1_000;
+const P: u64 = 1 << SHIFT;
+const SHIFT: u32 = 10;
 
 fn h(k: u64) -> u64 {
     // A poor hash on purpose: many collisions exercise Eq-by-index removal.
@@ -13,7 +14,7 @@ fn h(k: u64) -> u64 {
 
 #[test]
 fn shard_random_ops_keep_table_and_wheel_consistent() {
-    let mut s: Shard<u64, u64> = Shard::new(P, 0);
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0);
     let mut model: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut x = 0x1234_5678_u64;
     let mut rnd = |n: u64| {
@@ -81,7 +82,7 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
 
 #[test]
 fn take_all_leaves_an_empty_shard_and_drains_everything() {
-    let mut s: Shard<u64, u64> = Shard::new(P, 0);
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0);
     for k in 0..100 {
         s.put(h(k), k, k, 10 * P, 0);
     }
@@ -91,4 +92,33 @@ fn take_all_leaves_an_empty_shard_and_drains_everything() {
     let mut n = 0;
     taken.drain(|_| n += 1);
     assert_eq!(n, 100);
+}
+
+#[test]
+fn tick_shift_rounds_precision_down_to_a_power_of_two() {
+    use super::shard::tick_shift;
+    assert_eq!(tick_shift(1_000_000), 19); // 1 ms -> 524,288 ns
+    assert_eq!(tick_shift(1 << 20), 20);
+    assert_eq!(tick_shift((1 << 20) - 1), 19);
+    assert_eq!(tick_shift(1_000), 9);
+    assert_eq!(tick_shift(2), 1);
+    assert_eq!(
+        tick_shift(1),
+        1,
+        "never below 1, so tick_for cannot overflow"
+    );
+    assert_eq!(tick_shift(3_600_000_000_000), 41);
+}
+
+#[test]
+fn time_of_saturates_instead_of_wrapping() {
+    let s: Shard<u64, u64> = Shard::new(19, 0);
+    assert_eq!(s.time_of(3), 3 << 19);
+    assert_eq!(s.time_of(s.tick_for(u64::MAX)), u64::MAX);
+    assert_eq!(s.tick_for(u64::MAX), (u64::MAX >> 19) + 1);
+    // Never early: the tick of a deadline starts strictly after it.
+    for d in [0u64, 1, (1 << 19) - 1, 1 << 19, 12_345_678_901] {
+        assert!(s.time_of(s.tick_for(d)) > d);
+        assert!(s.time_of(s.tick_for(d)) - d <= 1 << 19);
+    }
 }
