@@ -32,7 +32,7 @@ struct Model {
 /// Whether eviction at `now` takes an entry with `deadline`: its timer tick,
 /// the first tick after the deadline, has been reached.
 fn evictable(deadline: u64, now: u64) -> bool {
-    (deadline >> SHIFT) + 1 <= now >> SHIFT
+    (deadline >> SHIFT) < now >> SHIFT
 }
 
 fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
