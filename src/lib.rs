@@ -129,18 +129,19 @@
 //! # Memory per entry
 //!
 //! An entry lives in one slab node of its shard's timer wheel, which also
-//! holds the timer links; the hash table stores only the node's `u32` index:
+//! holds the timer links; the hash table stores only the node's `u32` index
+//! and 32 bits of its hash (so growing the table never touches the slab):
 //!
 //! ```text
 //! node  = size_of::<K>() + size_of::<V>() + 40 bytes   (deadline, hash, tick,
 //!                                                       generation, 2 links)
-//! table = 5 bytes per bucket (u32 index + control byte), 1.14 to 2.3 buckets
-//!         per entry
-//! bytes/entry ~= node * slab_slack (1.0..2.0) + 5.7..11.4
+//! table = 9 bytes per bucket (index + hash + control byte), 1.14 to 2.3
+//!         buckets per entry
+//! bytes/entry ~= node * slab_slack (1.0..2.0) + 10.3..20.6
 //! ```
 //!
 //! Measured for `ExpireMap<u64, u64>` with 10^6 entries (counting allocator,
-//! `cargo run --release --example memory`): **69.2 bytes per entry**. The
+//! `cargo run --release --example memory`): **77.6 bytes per entry**. The
 //! event ring costs nothing until the first `subscribe`.
 //!
 //! # User code and locks

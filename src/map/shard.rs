@@ -7,7 +7,9 @@
 //!   `RwLock`; the shard knows nothing of locks, threads or events.
 //! * One allocation per entry serves both the table and the expiry index: the
 //!   entry lives in the wheel's slab node (with the timer links), and the
-//!   table stores only the node's `u32` index, keyed by the entry's hash.
+//!   table stores only a [`Slot`]: the node's `u32` index and 32 bits of the
+//!   key's hash. Growing the table and rejecting hash mismatches never touch
+//!   the slab.
 //! * The hash is computed by the caller before the lock is taken and stored
 //!   in the entry, so resizing and eviction never run user `Hash` code. `Eq`
 //!   runs inside lookups (inherent to a hash table); it only reads.
@@ -57,6 +59,23 @@ pub(crate) struct Removed<K, V> {
     pub(crate) door: Door,
 }
 
+/// A table entry: where the entry lives, and the low 32 bits of its hash.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    index: u32,
+    hash: u32,
+}
+
+/// The 64-bit hash the table works with, rebuilt from 32 stored bits: the
+/// low bits pick the bucket and the top 7 the control byte, independent of
+/// each other for tables below 2^25 buckets (a larger table stays correct,
+/// with more control-byte false positives).
+#[inline]
+fn table_hash(h32: u32) -> u64 {
+    let h = u64::from(h32);
+    h | (h << 32)
+}
+
 /// The tick shift for a precision of `precision` ns: the largest `s` with
 /// `2^s <= precision` (at least 1).
 pub(crate) fn tick_shift(precision: u64) -> u32 {
@@ -74,7 +93,7 @@ pub(crate) enum PutOutcome<K, V> {
 }
 
 pub(crate) struct Shard<K, V> {
-    table: HashTable<u32>,
+    table: HashTable<Slot>,
     wheel: TimerWheel<Entry<K, V>>,
     /// A wheel tick lasts `2^shift` nanoseconds.
     shift: u32,
@@ -120,11 +139,12 @@ impl<K, V> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let wheel = &self.wheel;
+        let h32 = hash as u32;
         self.table
-            .find(hash, |&i| {
-                wheel.get_at(i).is_some_and(|e| e.key.borrow() == key)
+            .find(table_hash(h32), |s| {
+                s.hash == h32 && wheel.get_at(s.index).is_some_and(|e| e.key.borrow() == key)
             })
-            .copied()
+            .map(|s| s.index)
     }
 
     #[inline]
@@ -161,18 +181,19 @@ impl<K, V> Shard<K, V> {
     {
         let tick = self.tick_for(deadline);
         let wheel = &self.wheel;
-        // One probe serves both outcomes; `hash_of` is only used if the table
-        // grows, and reads the stored hashes (no user code).
+        // One probe serves both outcomes. Growing the table rehashes from the
+        // stored 32 bits: no user code, no slab access.
+        let h32 = hash as u32;
         let entry = self.table.entry(
-            hash,
-            |&i| wheel.get_at(i).is_some_and(|e| e.key == key),
-            |&i| wheel.get_at(i).map_or(0, |e| e.hash),
+            table_hash(h32),
+            |s| s.hash == h32 && wheel.get_at(s.index).is_some_and(|e| e.key == key),
+            |s| table_hash(s.hash),
         );
         match entry {
             hash_table::Entry::Occupied(o) => {
                 let id = self
                     .wheel
-                    .id_at(*o.get())
+                    .id_at(o.get().index)
                     .expect("table points at a vacant node");
                 let e = self.wheel.get_mut(id).expect("live id");
                 let door = if now <= e.deadline {
@@ -200,7 +221,10 @@ impl<K, V> Shard<K, V> {
                         hash,
                     },
                 );
-                v.insert(id.index());
+                v.insert(Slot {
+                    index: id.index(),
+                    hash: h32,
+                });
                 PutOutcome::Inserted
             }
         }
@@ -258,7 +282,7 @@ impl<K, V> Shard<K, V> {
             .id_at(index)
             .expect("table points at a vacant node");
         self.table
-            .find_entry(hash, |&i| i == index)
+            .find_entry(table_hash(hash as u32), |s| s.index == index)
             .expect("entry missing from table")
             .remove();
         self.wheel.cancel(id).expect("live id")
@@ -275,7 +299,7 @@ impl<K, V> Shard<K, V> {
             debug_assert!(e.deadline < now);
             let index = id.index();
             table
-                .find_entry(e.hash, |&i| i == index)
+                .find_entry(table_hash(e.hash as u32), |s| s.index == index)
                 .expect("entry missing from table")
                 .remove();
             out.push(Removed {
@@ -309,8 +333,10 @@ impl<K, V> Shard<K, V> {
     pub(crate) fn validate(&self) {
         self.wheel.validate();
         assert_eq!(self.table.len(), self.wheel.len());
-        for &i in self.table.iter() {
+        for s in self.table.iter() {
+            let i = s.index;
             let e = self.entry(i);
+            assert_eq!(s.hash, e.hash as u32, "table slot hash mismatch");
             assert_eq!(self.tick_for(e.deadline), {
                 let id = self.wheel.id_at(i).unwrap();
                 self.wheel.deadline(id).unwrap()
