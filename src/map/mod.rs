@@ -262,12 +262,9 @@ where
         let (outcome, kick) = {
             let mut shard = inner.shard(hash).write();
             let outcome = shard.put(hash, key, value, deadline, now);
-            let evict_at = shard.time_of(shard.tick_for(deadline));
-            (outcome, inner.signal.needs_kick(evict_at))
+            (outcome, inner.needs_kick(&shard, deadline))
         };
-        if kick && self.evictor.is_some() {
-            inner.signal.kick();
-        }
+        self.kick_if(kick);
         match outcome {
             PutOutcome::Inserted => None,
             PutOutcome::Overwrote(old) => inner.leave(old, now),
@@ -281,11 +278,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
-        let now = inner.clock.now();
-        let shard = inner.shard(hash).read();
-        shard.get(hash, key, now).map(|e| e.value.clone())
+        self.read_live(key, |e, _| e.value.clone())
     }
 
     /// The value for `key` and its remaining time to live, read together.
@@ -294,13 +287,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
-        let now = inner.clock.now();
-        let shard = inner.shard(hash).read();
-        shard
-            .get(hash, key, now)
-            .map(|e| (e.value.clone(), Duration::from_nanos(e.deadline - now)))
+        self.read_live(key, |e, now| {
+            (e.value.clone(), Duration::from_nanos(e.deadline - now))
+        })
     }
 
     /// The remaining time to live of a live entry.
@@ -309,13 +298,21 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.read_live(key, |e, now| Duration::from_nanos(e.deadline - now))
+    }
+
+    /// Applies `f` to the live entry for `key` under the shard's read lock.
+    #[inline]
+    fn read_live<Q, R>(&self, key: &Q, f: impl FnOnce(&shard::Entry<K, V>, u64) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let now = inner.clock.now();
         let shard = inner.shard(hash).read();
-        shard
-            .get(hash, key, now)
-            .map(|e| Duration::from_nanos(e.deadline - now))
+        shard.get(hash, key, now).map(|e| f(e, now))
     }
 
     /// `true` if `key` has a live entry.
@@ -360,13 +357,18 @@ where
         let (done, kick) = {
             let mut shard = inner.shard(hash).write();
             let done = shard.touch(hash, key, deadline, now);
-            let evict_at = shard.time_of(shard.tick_for(deadline));
-            (done, done && inner.signal.needs_kick(evict_at))
+            (done, done && inner.needs_kick(&shard, deadline))
         };
-        if kick && self.evictor.is_some() {
-            inner.signal.kick();
-        }
+        self.kick_if(kick);
         done
+    }
+
+    /// Wakes the eviction thread (if any) to plan again. After unlocking.
+    #[inline]
+    fn kick_if(&self, kick: bool) {
+        if kick && self.evictor.is_some() {
+            self.inner.signal.kick();
+        }
     }
 
     /// Entries held, including those past their deadline but not yet evicted.
@@ -452,6 +454,14 @@ where
         // bucket and the top 7 for its control bytes.
         let i = (hash >> 40) as usize & (self.shards.len() - 1);
         &self.shards[i]
+    }
+
+    /// Called under the shard's write lock after a deadline was set: does the
+    /// eviction thread need a kick? (See the protocol in `evictor`.)
+    #[inline]
+    fn needs_kick(&self, shard: &Shard<K, V>, deadline: u64) -> bool {
+        self.signal
+            .needs_kick(shard.time_of(shard.tick_for(deadline)))
     }
 
     /// Hands a value that left by `old.door` to that door: returns it
