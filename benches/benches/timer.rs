@@ -30,6 +30,10 @@
 //! Before benchmarking, every contender is checked against the expected fire
 //! set: in `steps4`, timer `d` must fire at the step `ceil(d / 4) * 4`.
 //!
+//! `TIMER_INTERLEAVED=1` replaces the criterion run by a round-robin one
+//! (every contender once per round) that prints min and median ns per timer:
+//! on a shared, noisy machine it compares contenders under the same load.
+//!
 //! `TIMER_ONESHOT="<contender> <jump|steps4|insert_cancel> <N>"` runs one
 //! iteration and exits (for `valgrind --tool=callgrind`; the measured work is
 //! in the `#[inline(never)]` functions named `run_*`).
@@ -547,10 +551,64 @@ fn oneshot(spec: &str, rt: &Runtime) {
     );
 }
 
+/// Round-robin comparison for a noisy machine: every contender runs once per
+/// round (the starting contender rotates), so all of them see the same
+/// background load; prints min and median ns per timer over the rounds, and
+/// the median of each phase. One discarded warm-up round first.
+fn interleaved(rt: &Runtime) {
+    println!(
+        "| group | contender | rounds | min total | median total | insert | cancel | expire |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for mode in [Mode::Jump, Mode::Steps, Mode::InsertCancel] {
+        for n in SIZES {
+            let d = deadlines(n);
+            let rounds = match n {
+                10_000 => 101,
+                100_000 => 31,
+                _ => 11,
+            };
+            let mut runs: Vec<Vec<Phases>> = vec![Vec::new(); RIVALS.len()];
+            for round in 0..=rounds {
+                for k in 0..RIVALS.len() {
+                    let i = (k + round) % RIVALS.len();
+                    let p = run_counted(RIVALS[i], rt, &d, mode);
+                    if round > 0 {
+                        runs[i].push(p);
+                    }
+                }
+            }
+            for (rival, runs) in RIVALS.iter().zip(runs) {
+                let ns = |t: Duration| t.as_nanos() as f64 / n as f64;
+                let med =
+                    |f: &dyn Fn(&Phases) -> Duration| ns(median(runs.iter().map(f).collect()));
+                let min = runs.iter().map(Phases::total).min().unwrap();
+                println!(
+                    "| {}_{} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    mode.name(),
+                    n_label(n),
+                    rival.name(),
+                    runs.len(),
+                    ns(min),
+                    med(&|p| p.total()),
+                    med(&|p| p.insert),
+                    med(&|p| p.cancel),
+                    med(&|p| p.expire),
+                );
+            }
+        }
+    }
+}
+
 fn main() {
     let rt = paused_runtime();
     if let Ok(spec) = std::env::var("TIMER_ONESHOT") {
         oneshot(&spec, &rt);
+        return;
+    }
+    if std::env::var_os("TIMER_INTERLEAVED").is_some() {
+        validate(&rt);
+        interleaved(&rt);
         return;
     }
     validate(&rt);
