@@ -33,6 +33,9 @@
 //! `TIMER_INTERLEAVED=1` replaces the criterion run by a round-robin one
 //! (every contender once per round) that prints min and median ns per timer:
 //! on a shared, noisy machine it compares contenders under the same load.
+//! `TIMER_INTERLEAVED=warm` does the same for the wheels only, each starting
+//! from a pre-sized slab whose free list is scrambled (a long-running map's
+//! state), so that the choice of R does not rest on a fresh slab's locality.
 //!
 //! `TIMER_ONESHOT="<contender> <jump|steps4|insert_cancel> <N>"` runs one
 //! iteration and exits (for `valgrind --tool=callgrind`; the measured work is
@@ -96,10 +99,24 @@ impl Mode {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Rival {
     Wheel(u32),
+    /// The wheel with a "warm", scrambled slab: before the timed part, N
+    /// placeholder timers are inserted and cancelled in random order, so the
+    /// slab is pre-sized and its free list hands out slots in random order,
+    /// as in a long-running map. Only in `TIMER_INTERLEAVED=warm`.
+    WarmWheel(u32),
     Heap,
     BTree,
     DelayQueue,
 }
+
+const WARM_WHEELS: [Rival; 6] = [
+    Rival::WarmWheel(1),
+    Rival::WarmWheel(2),
+    Rival::WarmWheel(3),
+    Rival::WarmWheel(4),
+    Rival::WarmWheel(5),
+    Rival::WarmWheel(6),
+];
 
 const RIVALS: [Rival; 9] = [
     Rival::Wheel(1),
@@ -117,6 +134,7 @@ impl Rival {
     fn name(self) -> String {
         match self {
             Rival::Wheel(r) => format!("wheel_r{r}"),
+            Rival::WarmWheel(r) => format!("wheel_r{r}_warm"),
             Rival::Heap => "binary_heap".into(),
             Rival::BTree => "btree_map".into(),
             Rival::DelayQueue => "delay_queue".into(),
@@ -124,7 +142,10 @@ impl Rival {
     }
 
     fn parse(s: &str) -> Option<Rival> {
-        RIVALS.into_iter().find(|r| r.name() == s)
+        RIVALS
+            .into_iter()
+            .chain(WARM_WHEELS)
+            .find(|r| r.name() == s)
     }
 }
 
@@ -156,9 +177,24 @@ fn deadlines(n: usize) -> Vec<u64> {
 // structure was advanced to.
 
 #[inline(never)]
-fn run_wheel<const R: u32>(d: &[u64], mode: Mode, fire: &mut impl FnMut(u64, u32)) -> Phases {
+fn run_wheel<const R: u32>(
+    d: &[u64],
+    mode: Mode,
+    warm: bool,
+    fire: &mut impl FnMut(u64, u32),
+) -> Phases {
     let mut ids: Vec<TimerId> = Vec::with_capacity(d.len());
     let mut w = TimerWheel::<u32, R>::with_level_bits(0);
+    if warm {
+        ids.extend((0..d.len()).map(|_| w.insert(u64::MAX, 0)));
+        let mut rng = SplitMix64(SEED.rotate_left(17));
+        for i in (1..ids.len()).rev() {
+            ids.swap(i, rng.range(0, i as u64) as usize);
+        }
+        for id in ids.drain(..) {
+            w.cancel(id);
+        }
+    }
     let mut p = Phases::default();
 
     let t0 = Instant::now();
@@ -388,13 +424,19 @@ fn run(
     fire: &mut impl FnMut(u64, u32),
 ) -> Phases {
     match rival {
-        Rival::Wheel(1) => run_wheel::<1>(d, mode, fire),
-        Rival::Wheel(2) => run_wheel::<2>(d, mode, fire),
-        Rival::Wheel(3) => run_wheel::<3>(d, mode, fire),
-        Rival::Wheel(4) => run_wheel::<4>(d, mode, fire),
-        Rival::Wheel(5) => run_wheel::<5>(d, mode, fire),
-        Rival::Wheel(6) => run_wheel::<6>(d, mode, fire),
-        Rival::Wheel(r) => unreachable!("R = {r}"),
+        Rival::Wheel(1) => run_wheel::<1>(d, mode, false, fire),
+        Rival::WarmWheel(1) => run_wheel::<1>(d, mode, true, fire),
+        Rival::Wheel(2) => run_wheel::<2>(d, mode, false, fire),
+        Rival::WarmWheel(2) => run_wheel::<2>(d, mode, true, fire),
+        Rival::Wheel(3) => run_wheel::<3>(d, mode, false, fire),
+        Rival::WarmWheel(3) => run_wheel::<3>(d, mode, true, fire),
+        Rival::Wheel(4) => run_wheel::<4>(d, mode, false, fire),
+        Rival::WarmWheel(4) => run_wheel::<4>(d, mode, true, fire),
+        Rival::Wheel(5) => run_wheel::<5>(d, mode, false, fire),
+        Rival::WarmWheel(5) => run_wheel::<5>(d, mode, true, fire),
+        Rival::Wheel(6) => run_wheel::<6>(d, mode, false, fire),
+        Rival::WarmWheel(6) => run_wheel::<6>(d, mode, true, fire),
+        Rival::Wheel(r) | Rival::WarmWheel(r) => unreachable!("R = {r}"),
         Rival::Heap => run_heap(d, mode, fire),
         Rival::BTree => run_btree(d, mode, fire),
         Rival::DelayQueue => run_delay_queue(rt, d, mode, fire),
@@ -432,7 +474,7 @@ fn validate(rt: &Runtime) {
             })
             .collect();
         expected.sort_unstable();
-        for rival in RIVALS {
+        for rival in RIVALS.into_iter().chain(WARM_WHEELS) {
             let mut got = Vec::new();
             run(rival, rt, &d, mode, &mut |now, v| got.push((now, v)));
             got.sort_unstable();
@@ -555,7 +597,7 @@ fn oneshot(spec: &str, rt: &Runtime) {
 /// round (the starting contender rotates), so all of them see the same
 /// background load; prints min and median ns per timer over the rounds, and
 /// the median of each phase. One discarded warm-up round first.
-fn interleaved(rt: &Runtime) {
+fn interleaved(rt: &Runtime, rivals: &[Rival]) {
     println!(
         "| group | contender | rounds | min total | median total | insert | cancel | expire |"
     );
@@ -568,17 +610,17 @@ fn interleaved(rt: &Runtime) {
                 100_000 => 31,
                 _ => 11,
             };
-            let mut runs: Vec<Vec<Phases>> = vec![Vec::new(); RIVALS.len()];
+            let mut runs: Vec<Vec<Phases>> = vec![Vec::new(); rivals.len()];
             for round in 0..=rounds {
-                for k in 0..RIVALS.len() {
-                    let i = (k + round) % RIVALS.len();
-                    let p = run_counted(RIVALS[i], rt, &d, mode);
+                for k in 0..rivals.len() {
+                    let i = (k + round) % rivals.len();
+                    let p = run_counted(rivals[i], rt, &d, mode);
                     if round > 0 {
                         runs[i].push(p);
                     }
                 }
             }
-            for (rival, runs) in RIVALS.iter().zip(runs) {
+            for (rival, runs) in rivals.iter().zip(runs) {
                 let ns = |t: Duration| t.as_nanos() as f64 / n as f64;
                 let med =
                     |f: &dyn Fn(&Phases) -> Duration| ns(median(runs.iter().map(f).collect()));
@@ -606,9 +648,14 @@ fn main() {
         oneshot(&spec, &rt);
         return;
     }
-    if std::env::var_os("TIMER_INTERLEAVED").is_some() {
+    if let Ok(which) = std::env::var("TIMER_INTERLEAVED") {
         validate(&rt);
-        interleaved(&rt);
+        let rivals: &[Rival] = if which == "warm" {
+            &WARM_WHEELS
+        } else {
+            &RIVALS
+        };
+        interleaved(&rt, rivals);
         return;
     }
     validate(&rt);
