@@ -75,8 +75,9 @@ fn backward_steps(n: usize, read: impl Fn() -> u64) -> usize {
 
 /// Two threads take turns: one reads its clock and publishes the reading, the
 /// other reads its own clock after seeing it. Counts readings that are earlier
-/// than the published one (time going back across a causal handoff).
-fn handoff_violations<F>(rounds: u64, read: F) -> u64
+/// than the published one (time going back across a causal handoff), and the
+/// largest such step back (in the clock's units).
+fn handoff_violations<F>(rounds: u64, read: F) -> (u64, u64)
 where
     F: Fn() -> u64 + Send + Sync + 'static,
 {
@@ -88,24 +89,26 @@ where
     let b = {
         let (read, turn, slot, stop) = (read.clone(), turn.clone(), slot.clone(), stop.clone());
         std::thread::spawn(move || {
-            let mut bad = 0u64;
+            let (mut bad, mut worst) = (0u64, 0u64);
             let mut round = 0u64;
             while round < rounds {
                 let want = 2 * round + 1;
                 while turn.load(Ordering::Acquire) != want {
                     if stop.load(Ordering::Relaxed) {
-                        return bad;
+                        return (bad, worst);
                     }
                     std::hint::spin_loop();
                 }
                 let seen = slot.load(Ordering::Relaxed);
-                if read() < seen {
+                let t = read();
+                if t < seen {
                     bad += 1;
+                    worst = worst.max(seen - t);
                 }
                 turn.store(want + 1, Ordering::Release);
                 round += 1;
             }
-            bad
+            (bad, worst)
         })
     };
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -178,15 +181,27 @@ fn report() {
     );
 
     const ROUNDS: u64 = 1_000_000;
+    println!("backward across a thread handoff in {ROUNDS} rounds (count, worst step back):");
     let sc2 = SystemClock::new();
+    println!(
+        "  SystemClock: {:?} ns",
+        handoff_violations(ROUNDS, move || sc2.now())
+    );
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    println!(
+        "  clock_gettime(CLOCK_MONOTONIC): {:?} ns",
+        handoff_violations(ROUNDS, || sys::now(sys::CLOCK_MONOTONIC))
+    );
     let q2 = q.clone();
+    println!(
+        "  quanta now: {:?} ns",
+        handoff_violations(ROUNDS, move || q2.now().duration_since(origin_q).as_nanos()
+            as u64)
+    );
     let q3 = q.clone();
     println!(
-        "backward across a thread handoff in {ROUNDS} rounds: SystemClock {}, quanta now {}, quanta raw {}",
-        handoff_violations(ROUNDS, move || sc2.now()),
-        handoff_violations(ROUNDS, move || q2.now().duration_since(origin_q).as_nanos()
-            as u64),
-        handoff_violations(ROUNDS, move || q3.raw()),
+        "  quanta raw: {:?} raw units",
+        handoff_violations(ROUNDS, move || q3.raw())
     );
     println!();
 }
@@ -199,6 +214,19 @@ fn benches(c: &mut Criterion) {
     let sc = SystemClock::new();
     g.bench_function("system_clock_now", |b| b.iter(|| black_box(&sc).now()));
     g.bench_function("std_instant_now", |b| b.iter(Instant::now));
+    // Where SystemClock's extra cost over `Instant::now()` goes.
+    let origin = Instant::now();
+    g.bench_function("std_instant_elapsed", |b| {
+        b.iter(|| black_box(&origin).elapsed())
+    });
+    g.bench_function("std_elapsed_secs_nanos_u64", |b| {
+        b.iter(|| {
+            let d = black_box(&origin).elapsed();
+            d.as_secs()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(u64::from(d.subsec_nanos()))
+        })
+    });
 
     let q = quanta::Clock::new();
     let origin = q.now();
