@@ -85,7 +85,7 @@ fn remove_races_expiry_exactly_one_winner() {
         let t = thread::spawn(move || c.advance(2 * MS));
         let removed = map.remove(&1);
         t.join().unwrap();
-        drop(Arc::try_unwrap(map).ok().expect("one handle"));
+        drop(Arc::try_unwrap(map).expect("one handle"));
         let events = until_closed(&mut sub);
         match removed {
             Some(v) => {
