@@ -318,3 +318,24 @@ fn defaults_build_and_work() {
     assert_eq!(map.get(&1), Some(1));
     assert!(format!("{map:?}").contains("ExpireMap"));
 }
+
+#[test]
+fn handles_and_errors_have_the_promised_traits() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    fn error<T: std::error::Error + Send + Sync + 'static>() {}
+    send::<ExpireMap<String, Vec<u8>>>();
+    sync::<ExpireMap<String, Vec<u8>>>();
+    send::<expiremap::Subscriber<String, Vec<u8>>>();
+    send::<expiremap::Event<String, Vec<u8>>>();
+    send::<ManualClock>();
+    sync::<ManualClock>();
+    error::<BuildError>();
+    error::<expiremap::SubscribeError>();
+    error::<expiremap::RecvError>();
+    error::<expiremap::TryRecvError>();
+    error::<expiremap::RecvTimeoutError>();
+    let copy = expiremap::Cause::Expired;
+    let _again = copy; // Cause is Copy
+    assert_eq!(copy, expiremap::Cause::Expired);
+}
