@@ -151,7 +151,10 @@
 //! `get`, `get_with_ttl`): they must not call back into the same map. Values
 //! that leave the map are dropped, and events published, after the lock is
 //! released; subscribers run on their own threads and may call back into the
-//! map, subscribe, or drop it.
+//! map, subscribe, or drop it. One case can still wait on itself: a
+//! subscriber copies each event with `K::clone` and `V::clone`, so those must
+//! not publish to the same map (an operation that publishes, from inside
+//! `clone`, may wait for the copy in progress when the ring is full).
 //!
 //! # Panics
 //!
