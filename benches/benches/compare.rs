@@ -8,7 +8,8 @@
 //! COMPARE_ONLY=get,mix COMPARE_LIBS=expiremap,rwlock-hashmap cargo bench -p expiremap-benches --bench compare
 //! ```
 //!
-//! `COMPARE_ONLY` selects rows (`insert,get,hot,mix,memory,reclaim,lateness`),
+//! `COMPARE_ONLY` selects rows
+//! (`insert,get,hot,mix,memory,reclaim,burst,lateness`),
 //! `COMPARE_LIBS` selects libraries (the column names below); both default to
 //! everything.
 //!
@@ -79,11 +80,14 @@ fn spread_ttl(i: u64) -> Duration {
 struct Counting;
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// Highest `LIVE` seen while counting.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 
 #[inline]
 fn count(delta: isize) {
     if COUNTING.load(Ordering::Relaxed) {
-        LIVE.fetch_add(delta, Ordering::Relaxed);
+        let now = LIVE.fetch_add(delta, Ordering::Relaxed) + delta;
+        PEAK.fetch_max(now, Ordering::Relaxed);
     }
 }
 
@@ -563,25 +567,31 @@ fn memory_row<S: Subject>(sel: &Select) {
     if !sel.lib(S::NAME) || !sel.row("memory") {
         return;
     }
-    COUNTING.store(true, Ordering::SeqCst);
     let before = LIVE.load(Ordering::SeqCst);
+    PEAK.store(before, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
     let m = S::build(LONG_TTL);
     fill(&m, LONG_TTL);
     m.maintain();
-    let after = LIVE.load(Ordering::SeqCst);
     COUNTING.store(false, Ordering::SeqCst);
+    let after = LIVE.load(Ordering::SeqCst);
+    let peak = PEAK.load(Ordering::SeqCst);
     let held = m.count();
     let per = (after - before) as f64 / N as f64;
+    let peak_per = (peak - before) as f64 / N as f64;
     println!(
-        "memory  {:<15} {:>7.1} bytes/entry  ({} bytes for {held} entries)",
+        "memory  {:<15} {:>7.1} bytes/entry  ({} bytes for {held} entries; peak during the \
+         fill {:.1} bytes/entry)",
         S::NAME,
         per,
-        after - before
+        after - before,
+        peak_per
     );
     if held != N {
         println!("WARNING {}: holds {held} entries, not {N}", S::NAME);
     }
     record("memory", S::NAME, per);
+    record("memory_peak", S::NAME, peak_per);
     drop(m);
 }
 
@@ -737,6 +747,123 @@ fn reclaim_subscribed(sel: &Select) {
         })
         .collect();
     reclaim_report("expiremap+sub", &mut runs);
+}
+
+// ---------------------------------------------------------------------------
+// Row 6b (supplementary): burst reclaim. With one inserting thread and a
+// 50 ms TTL, a library whose eviction keeps up with its own insert rate
+// never builds a backlog, so row 6 cannot show eviction throughput. Here
+// every entry gets the per-entry TTL that puts its deadline at one common
+// instant `due`, after the fill: from `due` on, 10^6 expired entries wait.
+// Only libraries with per-entry TTLs can do this (ExpireMap, moka
+// `expire_after`).
+
+/// moka expiry for the burst: every entry is due at `due`.
+struct DueAt(Instant);
+
+impl Expiry<u64, u64> for DueAt {
+    fn expire_after_create(&self, _: &u64, _: &u64, at: Instant) -> Option<Duration> {
+        Some(
+            self.0
+                .saturating_duration_since(at)
+                .max(Duration::from_nanos(1)),
+        )
+    }
+}
+
+/// Fills `m` so that every entry is due at `due` (which the fill must not
+/// reach), then times `due` -> empty. Returns (deadline -> empty, fill, overran, held at
+/// the first poll after the deadline).
+fn burst_once<S: Subject>(
+    m: S,
+    due: Instant,
+    per_entry_ttl: bool,
+    drainer: Option<thread::JoinHandle<(u64, u64)>>,
+) -> (Duration, Duration, bool, u64, Option<(u64, u64)>) {
+    let start = Instant::now();
+    for i in 0..N {
+        let ttl = if per_entry_ttl {
+            due.saturating_duration_since(Instant::now())
+                .max(Duration::from_nanos(1))
+        } else {
+            LONG_TTL // ignored: the map's Expiry decides
+        };
+        m.insert(key(i), i, ttl);
+    }
+    let fill = start.elapsed();
+    let overran = Instant::now() >= due;
+    thread::sleep(due.saturating_duration_since(Instant::now()));
+    // Before any maintenance call (moka: its approximate count).
+    let held_at_due = m.count();
+    loop {
+        m.maintain();
+        if m.count() == 0 || due.elapsed() > PATIENCE {
+            break;
+        }
+        if S::SELF_EVICTING {
+            thread::sleep(Duration::from_micros(100));
+        }
+    }
+    let took = due.elapsed();
+    drop(m);
+    let events = drainer.map(|h| h.join().unwrap());
+    (took, fill, overran, held_at_due, events)
+}
+
+fn burst_report(
+    col: &'static str,
+    (took, fill, overran, held, events): (Duration, Duration, bool, u64, Option<(u64, u64)>),
+) {
+    let rate = N as f64 / took.as_secs_f64() / 1e6;
+    println!(
+        "burst   {col:<15} fill {:>7.1} ms{}, held at the deadline {held:>7}, deadline -> empty \
+         {:>7.1} ms ({rate:>5.2} M/s){}",
+        fill.as_secs_f64() * 1e3,
+        if overran {
+            " (OVERRAN the deadline)"
+        } else {
+            ""
+        },
+        took.as_secs_f64() * 1e3,
+        events
+            .map(|(e, l)| format!(", subscriber: {e} events, {l} lagged"))
+            .unwrap_or_default()
+    );
+    if !overran {
+        record("burst", col, rate);
+    }
+}
+
+fn burst_rows(sel: &Select) {
+    if !sel.row("burst") {
+        return;
+    }
+    // Leads: several times each library's fill time on this machine.
+    let em_lead = Duration::from_secs(2);
+    if sel.lib("expiremap") {
+        let due = Instant::now() + em_lead;
+        let r = burst_once(Em::build(LONG_TTL), due, true, None);
+        burst_report("expiremap", r);
+    }
+    if sel.lib("expiremap+sub") {
+        let m = Em::build(LONG_TTL);
+        let sub = m.0.subscribe().expect("subscribe");
+        let drainer = thread::spawn(move || drain_events(sub));
+        let due = Instant::now() + em_lead;
+        let r = burst_once(m, due, true, Some(drainer));
+        burst_report("expiremap+sub", r);
+    }
+    if sel.lib("moka-expire") {
+        let due = Instant::now() + Duration::from_secs(8);
+        let m = MokaExpire(
+            moka::sync::Cache::builder()
+                .max_capacity(N)
+                .expire_after(DueAt(due))
+                .build_with_hasher(ahash::RandomState::new()),
+        );
+        let r = burst_once(m, due, false, None);
+        burst_report("moka-expire", r);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -950,12 +1077,13 @@ fn collect_criterion() {
     }
 }
 
-const ROWS: [(&str, &str); 13] = [
+const ROWS: [(&str, &str); 15] = [
     ("insert", "insert, TTL 1 h, 1 thread, ns/op"),
     ("get", "get hit, uniform over 10^6, 1 thread, ns/op"),
     ("hot", "get hit, 1,000 hot keys, 1 thread, ns/op"),
     ("mix", "90 % get / 10 % insert, 2 threads, Mops/s"),
     ("memory", "memory, bytes/entry (counting allocator)"),
+    ("memory_peak", "memory, peak during the fill, bytes/entry"),
     (
         "reclaim",
         "reclaim 50 ms TTL, M entries/s (fill end -> empty)",
@@ -965,6 +1093,10 @@ const ROWS: [(&str, &str); 13] = [
         "reclaim, M entries/s (first deadline -> empty)",
     ),
     ("reclaim_fill", "reclaim: insert loop of the median run, ms"),
+    (
+        "burst",
+        "burst: 10^6 deadlines at one instant, M entries/s (deadline -> empty)",
+    ),
     (
         "reclaim_backlog",
         "reclaim: entries held when the last deadline passed",
@@ -1006,10 +1138,9 @@ fn print_summary() {
     println!("\n## compare: ratios, expiremap / peer\n");
     for (row, label) in ROWS.iter().filter(|(r, _)| !r.is_empty()) {
         let better = match *row {
-            "mix" | "reclaim" | "reclaim_e2e" => "higher is better",
-            "insert" | "get" | "hot" | "memory" | "late_p50" | "late_p99" | "late_max" => {
-                "lower is better"
-            }
+            "mix" | "reclaim" | "reclaim_e2e" | "burst" => "higher is better",
+            "insert" | "get" | "hot" | "memory" | "memory_peak" | "late_p50" | "late_p99"
+            | "late_max" => "lower is better",
             _ => continue,
         };
         let Some(ours) = result(row, "expiremap") else {
@@ -1017,7 +1148,7 @@ fn print_summary() {
         };
         let parts: Vec<String> = ["rwlock-hashmap", "moka-ttl", "moka-expire"]
             .iter()
-            .filter_map(|peer| Some(format!("{:.2} vs {peer}", ours / result(row, peer)?)))
+            .filter_map(|peer| Some(format!("{:.3} vs {peer}", ours / result(row, peer)?)))
             .collect();
         if !parts.is_empty() {
             println!("- {label} ({better}): {}", parts.join(", "));
@@ -1129,6 +1260,7 @@ fn main() {
     each_subject!(memory_row(&sel));
     each_subject!(reclaim_row(&sel));
     reclaim_subscribed(&sel);
+    burst_rows(&sel);
     lateness_expiremap(&sel);
     lateness_moka(&sel);
 
