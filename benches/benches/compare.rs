@@ -368,8 +368,8 @@ macro_rules! each_subject {
 struct Select {
     rows: Option<BTreeSet<String>>,
     libs: Option<BTreeSet<String>>,
-    /// `cargo test --benches` / `--test`: criterion runs each bench once;
-    /// rows 5-7 are skipped.
+    /// Criterion's test or list mode (`cargo test --benches`, `--test`,
+    /// `--list`): rows 5-7 are skipped.
     test_mode: bool,
 }
 
@@ -386,7 +386,13 @@ impl Select {
         Select {
             rows: list("COMPARE_ONLY"),
             libs: list("COMPARE_LIBS"),
-            test_mode: std::env::args().any(|a| a == "--test"),
+            // As criterion decides: `--test`, `--list`, or no `--bench`
+            // (`cargo test --benches`).
+            test_mode: {
+                let args: Vec<String> = std::env::args().collect();
+                let has = |f: &str| args.iter().any(|a| a == f);
+                has("--test") || has("--list") || !has("--bench")
+            },
         }
     }
     fn row(&self, r: &str) -> bool {
