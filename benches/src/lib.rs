@@ -23,3 +23,13 @@ impl SplitMix64 {
         lo + self.next_u64() % (hi - lo + 1)
     }
 }
+
+/// The SplitMix64 finalizer: a bijection on `u64`, so `mix64(i)` for
+/// distinct `i` gives distinct, well-spread keys without storing them.
+#[inline]
+pub fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
