@@ -230,6 +230,28 @@ fn blocking_recv_no_lost_wakeup() {
     });
 }
 
+/// `send_batch` defers the wake-up of a parked reader to the end of the
+/// batch: the reader, parked at any point, still receives both messages, and
+/// the sender's later drop closes the stream. A lost deferred wake-up is a
+/// loom deadlock.
+#[test]
+fn batch_send_defers_the_wakeup_but_never_loses_it() {
+    model(|| {
+        let tx = Sender::new(2, 1).unwrap();
+        let mut rx = tx.subscribe().unwrap();
+        let r = thread::spawn(move || {
+            let a = rx.recv();
+            let b = rx.recv();
+            (a, b, rx)
+        });
+        tx.send_batch([1u32, 2]);
+        let (a, b, mut rx) = r.join().unwrap();
+        assert_eq!((a, b), (Ok(1), Ok(2)));
+        drop(tx);
+        assert_eq!(rx.recv(), Err(RecvError::Closed));
+    });
+}
+
 /// A reader holding a message in place (`RecvRef`) while a writer needs its
 /// slot: the writer waits for it (the one allowed wait) and never writes
 /// under the reader.

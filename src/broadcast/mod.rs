@@ -255,9 +255,41 @@ impl<T: Send + Sync> Sender<T> {
         self.send_with(move || value);
     }
 
+    /// Sends every value of `values`, in order, as if by repeated
+    /// [`send`](Self::send), but wakes parked receivers once, after the last
+    /// one, instead of once per message: a burst costs one wake-up.
+    ///
+    /// ```
+    /// use expiremap::broadcast::Sender;
+    /// let tx = Sender::new(8, 1).unwrap();
+    /// let mut rx = tx.subscribe().unwrap();
+    /// tx.send_batch([1, 2, 3]);
+    /// assert_eq!((rx.recv(), rx.recv(), rx.recv()), (Ok(1), Ok(2), Ok(3)));
+    /// ```
+    pub fn send_batch(&self, values: impl IntoIterator<Item = T>) {
+        let mut wake = OwedWake {
+            inner: &self.inner,
+            owed: false,
+        };
+        for value in values {
+            self.send_owing(move || value, &mut wake.owed);
+        }
+        // `wake` delivers an owed wake-up here, or while unwinding.
+    }
+
     /// Reserves a slot, builds the value with `make`, publishes it. If `make`
     /// unwinds, the slot is published as a tombstone so the ring keeps going.
     fn send_with(&self, make: impl FnOnce() -> T) {
+        let mut wake = OwedWake {
+            inner: &self.inner,
+            owed: false,
+        };
+        self.send_owing(make, &mut wake.owed);
+    }
+
+    /// The body of every send. A wake-up owed by the publish is added to
+    /// `owed`; the caller's [`OwedWake`] delivers it.
+    fn send_owing(&self, make: impl FnOnce() -> T, owed: &mut bool) {
         let inner = &*self.inner;
         let seq = inner.reserve();
         let slot = inner.slot(seq);
@@ -267,7 +299,7 @@ impl<T: Send + Sync> Sender<T> {
         // again because its sequence is below `last_valid`. Taking the old
         // value leaves a tombstone until the value is written.
         let old = slot.with_mut(|p| unsafe { (*p).take() });
-        let publish = Publish { inner, seq };
+        let publish = Publish { inner, seq, owed };
         let value = make();
         // SAFETY: as above; `seq` is still reserved and unpublished (the
         // guard publishes only when dropped, below).
@@ -319,15 +351,32 @@ impl<T: Send + Sync> Sender<T> {
 }
 
 /// Publishes its sequence when dropped, whether the slot was written or the
-/// writer is unwinding (then the slot is a tombstone).
-struct Publish<'a, T> {
+/// writer is unwinding (then the slot is a tombstone). A wake-up the publish
+/// owes is added to `owed`.
+struct Publish<'a, 'b, T> {
     inner: &'a Inner<T>,
     seq: u64,
+    owed: &'b mut bool,
 }
 
-impl<T> Drop for Publish<'_, T> {
+/// Delivers a wake-up owed by one or more publishes when dropped, so that it
+/// is delivered even if a message's `Drop` unwinds in the middle of a batch.
+struct OwedWake<'a, T> {
+    inner: &'a Inner<T>,
+    owed: bool,
+}
+
+impl<T> Drop for OwedWake<'_, T> {
     fn drop(&mut self) {
-        self.inner.publish(self.seq);
+        if self.owed {
+            self.inner.notify_all();
+        }
+    }
+}
+
+impl<T> Drop for Publish<'_, '_, T> {
+    fn drop(&mut self) {
+        *self.owed |= self.inner.publish_owing(self.seq);
     }
 }
 

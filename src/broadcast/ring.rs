@@ -178,7 +178,8 @@ impl<T> Inner<T> {
         }
     }
 
-    fn notify_all(&self) {
+    /// Wakes every parked receiver (under the lock they park with).
+    pub(super) fn notify_all(&self) {
         let _guard = self.lock.lock();
         self.wake.notify_all();
     }
@@ -225,9 +226,12 @@ impl<T> Inner<T> {
     }
 
     /// Publishes `seq`: waits until every earlier sequence is published,
-    /// then moves `read_gen` past it (Release: edge P) and wakes parked
-    /// receivers if any asked for it (edge W).
-    pub(super) fn publish(&self, seq: u64) {
+    /// then moves `read_gen` past it (Release: edge P). Returns `true` if a
+    /// parked receiver asked for a wake-up (edge W), which the caller then
+    /// owes and must deliver with [`notify_all`](Self::notify_all) however
+    /// it exits. A batch writer delivers one wake-up for the whole batch: a
+    /// parked receiver sleeps until the batch is published, never longer.
+    pub(super) fn publish_owing(&self, seq: u64) -> bool {
         let mut backoff = Backoff::new();
         while self.read_gen.load(Ordering::Acquire) & SEQ != seq {
             backoff.snooze();
@@ -236,9 +240,7 @@ impl<T> Inner<T> {
         // WAITING concurrently, which the swap reads and clears.
         let prev = self.read_gen.swap(seq + 1, Ordering::AcqRel);
         debug_assert_eq!(prev & SEQ, seq);
-        if prev & WAITING != 0 {
-            self.notify_all();
-        }
+        prev & WAITING != 0
     }
 
     /// Frees at least every sequence below `needed` (which must be

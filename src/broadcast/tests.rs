@@ -636,3 +636,69 @@ fn readers_join_and_leave_under_load() {
     joiner.join().unwrap();
     assert_eq!(got + lost, total);
 }
+
+#[test]
+fn send_batch_delivers_in_order_with_exact_lag() {
+    let live = Arc::new(AtomicUsize::new(0));
+    {
+        let tx = Sender::new(4, 1).unwrap();
+        let mut rx = tx.subscribe().unwrap();
+        tx.send_batch((0..3).map(|i| Counted::new(i, &live)));
+        let got: Vec<u64> = drain(&mut rx).into_iter().map(|r| r.unwrap().id).collect();
+        assert_eq!(got, [0, 1, 2]);
+        // Ten more into a ring of four: the reader lost exactly six.
+        tx.send_batch((3..13).map(|i| Counted::new(i, &live)));
+        assert_eq!(rx.try_recv().map(|c| c.id), Err(TryRecvError::Lagged(6)));
+        let rest: Vec<u64> = drain(&mut rx).into_iter().map(|r| r.unwrap().id).collect();
+        assert_eq!(rest, [9, 10, 11, 12]);
+        tx.send_batch(std::iter::empty());
+        assert_eq!(rx.try_recv().map(|c| c.id), Err(TryRecvError::Empty));
+    }
+    assert_eq!(live.load(Ordering::SeqCst), 0, "drops balance");
+}
+
+#[test]
+fn send_batch_wakes_a_parked_reader_once_for_the_batch() {
+    let tx = Sender::new(8, 1).unwrap();
+    let mut rx = tx.subscribe().unwrap();
+    let reader = std::thread::spawn(move || (rx.recv(), rx.recv(), rx.recv()));
+    std::thread::sleep(std::time::Duration::from_millis(20)); // likely parked by now
+    tx.send_batch([1u8, 2, 3]);
+    assert_eq!(reader.join().unwrap(), (Ok(1), Ok(2), Ok(3)));
+}
+
+/// A message whose original (not its clones) panics when dropped.
+struct Bomb(bool);
+impl Clone for Bomb {
+    fn clone(&self) -> Self {
+        Bomb(false)
+    }
+}
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.0 && !std::thread::panicking() {
+            panic!("message drop panics");
+        }
+    }
+}
+
+#[test]
+fn a_panicking_drop_mid_batch_still_delivers_the_owed_wakeup() {
+    let tx = Sender::new(1, 1).unwrap();
+    let mut rx = tx.subscribe().unwrap();
+    tx.send(Bomb(true));
+    let reader = std::thread::spawn(move || {
+        let first = rx.recv().map(|b| b.0);
+        // Parks (very likely) until the batch below publishes.
+        let second = rx.recv().map(|b| b.0);
+        (first, second)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Reusing the only slot drops the bomb after publishing Bomb(false):
+    // the panic unwinds out of send_batch, which must still wake the reader.
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        tx.send_batch([Bomb(false), Bomb(false)])
+    }));
+    assert!(r.is_err(), "the old message's drop panicked");
+    assert_eq!(reader.join().unwrap(), (Ok(false), Ok(false)));
+}

@@ -517,13 +517,18 @@ where
             Cause::Shutdown => self.config.notify_on_shutdown,
             _ => self.config.publish_removals,
         };
+        let mut batch = Vec::with_capacity(EVICT_BATCH);
         shard.drain(|e| {
             let expired = now > e.deadline;
             if expired || publish_live {
                 let cause = if expired { Cause::Expired } else { live };
-                sender.send(Event::new(e.key, e.value, cause, e.deadline, now));
+                batch.push(Event::new(e.key, e.value, cause, e.deadline, now));
+                if batch.len() == EVICT_BATCH {
+                    sender.send_batch(batch.drain(..));
+                }
             }
         });
+        sender.send_batch(batch);
     }
 
     /// Runs once, when the map is dropped (after the thread has stopped, or
@@ -564,9 +569,12 @@ where
             return;
         }
         match self.events.live_sender() {
-            Some(s) => batch
-                .drain(..)
-                .for_each(|r| s.send(Event::new(r.key, r.value, Cause::Expired, r.deadline, now))),
+            // One wake-up of parked subscribers per batch, not per event.
+            Some(s) => s.send_batch(
+                batch
+                    .drain(..)
+                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now)),
+            ),
             None => batch.clear(),
         }
     }
