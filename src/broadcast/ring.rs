@@ -306,7 +306,21 @@ impl<T> Inner<T> {
                 }
             }
         }
-        self.last_valid.fetch_max(target, Ordering::AcqRel);
+        // `fetch_max` as an explicit CAS loop: the same AcqRel read-modify-
+        // write, but one ThreadSanitizer can see (it does not instrument
+        // min/max RMWs, and then reports the slot hand-over as a race).
+        let mut cur = self.last_valid.load(Ordering::Acquire);
+        while cur < target {
+            match self.last_valid.compare_exchange_weak(
+                cur,
+                target,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
     }
 
     // ----- registry --------------------------------------------------------
