@@ -514,6 +514,21 @@ impl<T> Receiver<T> {
         self.known == self.next
     }
 
+    /// The start of every non-blocking receive: `Empty`/`Closed` without
+    /// becoming active if nothing new was published; otherwise resumes, and
+    /// reports a lag (suspending again at the oldest message held) before
+    /// anything is read.
+    fn begin(&mut self) -> Result<Active<'_, T>, TryRecvError> {
+        if self.nothing_new() {
+            return Err(self.empty_or_closed());
+        }
+        let (active, lag) = self.resume();
+        if lag > 0 {
+            return Err(TryRecvError::Lagged(lag));
+        }
+        Ok(active)
+    }
+
     /// Becomes active: CAS `SUSPENDED | s -> s` on our own counter, where `s`
     /// may have been moved forward by cleanup since we suspended. Returns the
     /// token and the number of messages lost in between.
@@ -587,13 +602,7 @@ impl<T: Send + Sync> Receiver<T> {
     /// assert_eq!(msg.len(), 5);
     /// ```
     pub fn try_recv_ref(&mut self) -> Result<RecvRef<'_, T>, TryRecvError> {
-        if self.nothing_new() {
-            return Err(self.empty_or_closed());
-        }
-        let (mut active, lag) = self.resume();
-        if lag > 0 {
-            return Err(TryRecvError::Lagged(lag));
-        }
+        let mut active = self.begin()?;
         match active.advance() {
             Next::Ready => {
                 let seq = active.pos;
@@ -630,13 +639,7 @@ impl<T: Clone + Send + Sync> Receiver<T> {
 
     /// Receives the next message if one is available now.
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
-        if self.nothing_new() {
-            return Err(self.empty_or_closed());
-        }
-        let (mut active, lag) = self.resume();
-        if lag > 0 {
-            return Err(TryRecvError::Lagged(lag));
-        }
+        let mut active = self.begin()?;
         match active.advance() {
             Next::Ready => Ok(active.take_clone()),
             Next::Empty => Err(TryRecvError::Empty),
@@ -683,13 +686,7 @@ impl<T: Clone + Send + Sync> Receiver<T> {
         if max == 0 {
             return Ok(0);
         }
-        if self.nothing_new() {
-            return Err(self.empty_or_closed());
-        }
-        let (mut active, lag) = self.resume();
-        if lag > 0 {
-            return Err(TryRecvError::Lagged(lag));
-        }
+        let mut active = self.begin()?;
         let mut n = 0;
         while n < max {
             match active.advance() {
