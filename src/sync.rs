@@ -8,20 +8,14 @@
 //! (`lock()` returns the guard, `Condvar::wait(&mut guard)`), as tokio's
 //! `loom/mocked.rs` does for loom's std-shaped locks.
 
-#![allow(dead_code, unused_imports)]
-
 pub(crate) use crossbeam_utils::CachePadded;
 
 #[cfg(not(expiremap_loom))]
 mod imp {
-    pub(crate) use parking_lot::{
-        Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
-    };
+    pub(crate) use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
     pub(crate) use std::hint::spin_loop;
     pub(crate) use std::sync::Arc;
-    pub(crate) use std::sync::atomic::{
-        AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
-    };
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::thread;
 
     /// `UnsafeCell` with loom's closure-based access API.
@@ -117,9 +111,6 @@ mod imp {
                 guard.0 = Some(g);
                 WaitTimeoutResult(r.timed_out())
             }
-            pub(crate) fn notify_one(&self) {
-                self.0.notify_one();
-            }
             pub(crate) fn notify_all(&self) {
                 self.0.notify_all();
             }
@@ -156,9 +147,7 @@ mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::hint::spin_loop;
     pub(crate) use loom::sync::Arc;
-    pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
-    };
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::thread;
     use std::ops::{Deref, DerefMut};
     use std::time::Duration;
@@ -177,12 +166,6 @@ mod imp {
         }
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             MutexGuard(Some(self.0.lock().unwrap()))
-        }
-        pub(crate) fn into_inner(self) -> T {
-            self.0.into_inner().unwrap()
-        }
-        pub(crate) fn get_mut(&mut self) -> &mut T {
-            self.0.get_mut().unwrap()
         }
     }
 
@@ -260,7 +243,7 @@ mod imp {
     /// Under loom the `futex` pair is loom's lock and condition variable,
     /// like [`Mutex`] and [`Condvar`].
     pub(crate) mod futex {
-        pub(crate) use super::{Condvar, Mutex, MutexGuard, WaitTimeoutResult};
+        pub(crate) use super::{Condvar, Mutex};
     }
 
     /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.
