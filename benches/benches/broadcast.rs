@@ -2,7 +2,7 @@
 //! `expiremap::broadcast`, `tokio::sync::broadcast` (used synchronously) and
 //! one `crossbeam-channel` per reader, in one run, on the same inputs.
 //!
-//! Run: `cargo bench -p expiremap-benches --bench broadcast`
+//! Run: `cargo bench --bench broadcast`
 //!
 //! One iteration sends `MESSAGES` messages and ends when every reader has
 //! seen `Closed`. The readers are spawned and waiting at a barrier before the

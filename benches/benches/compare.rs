@@ -4,8 +4,8 @@
 //! `u64 -> u64`, one run, the same keys and inputs for every library.
 //!
 //! ```text
-//! cargo bench -p expiremap-benches --bench compare
-//! COMPARE_ONLY=get,mix COMPARE_LIBS=expiremap,rwlock-hashmap cargo bench -p expiremap-benches --bench compare
+//! cargo bench --bench compare
+//! COMPARE_ONLY=get,mix COMPARE_LIBS=expiremap,rwlock-hashmap cargo bench --bench compare
 //! ```
 //!
 //! `COMPARE_ONLY` selects rows
