@@ -42,9 +42,11 @@
 //! * Firing hands the payload to the caller; until then a due timer can still
 //!   be cancelled or rescheduled.
 
+mod lists;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use lists::{Links, Lists, NIL};
 use std::fmt;
 
 /// Bits per level used by [`TimerWheel::new`]: 64 slots per level, 11
@@ -54,9 +56,6 @@ use std::fmt;
 /// per timer at 10^6, against 305 for R = 4 and 428 for R = 1). See
 /// BENCHMARKS.md.
 pub const DEFAULT_LEVEL_BITS: u32 = 6;
-
-/// Index value meaning "no node".
-const NIL: u32 = u32::MAX;
 
 /// A handle to a timer in a [`TimerWheel`].
 ///
@@ -117,19 +116,48 @@ enum Node<T> {
 /// assert!(wheel.is_empty());
 /// ```
 pub struct TimerWheel<T, const R: u32 = DEFAULT_LEVEL_BITS> {
-    nodes: Vec<Node<T>>,
+    nodes: Nodes<T>,
     /// Indices of vacant nodes, reused last-in first-out. A stack beside the
     /// slab rather than a list through the vacant nodes: taking a slot then
     /// reads no cold node (measured: warm-slab insert at 10^6, 150 -> 85 ns).
     free: Vec<u32>,
-    /// List heads: `level * SLOTS + slot`, then the due list at `DUE`.
-    heads: Box<[u32]>,
-    /// Per level, a bit per non-empty slot.
-    slot_bits: Box<[u64]>,
-    /// A bit per level with at least one non-empty slot.
-    level_bits: u64,
-    now: u64,
+    lists: Lists<R>,
     len: usize,
+}
+
+/// The slab, as the [`Links`] store of the wheel's lists.
+struct Nodes<T>(Vec<Node<T>>);
+
+impl<T> Links for Nodes<T> {
+    #[inline]
+    fn links(&self, index: u32) -> (u32, u32) {
+        match self.0[index as usize] {
+            Node::Occupied { prev, next, .. } => (prev, next),
+            Node::Vacant { .. } => unreachable!("linked node is vacant"),
+        }
+    }
+
+    #[inline]
+    fn set_prev(&mut self, index: u32, to: u32) {
+        if let Node::Occupied { prev, .. } = &mut self.0[index as usize] {
+            *prev = to;
+        }
+    }
+
+    #[inline]
+    fn set_next(&mut self, index: u32, to: u32) {
+        if let Node::Occupied { next, .. } = &mut self.0[index as usize] {
+            *next = to;
+        }
+    }
+
+    #[inline]
+    fn deadline(&self, index: u32) -> u64 {
+        match self.0[index as usize] {
+            Node::Occupied { deadline, .. } => deadline,
+            Node::Vacant { .. } => unreachable!("linked node is vacant"),
+        }
+    }
 }
 
 impl<T> TimerWheel<T> {
@@ -141,26 +169,17 @@ impl<T> TimerWheel<T> {
 
 impl<T, const R: u32> TimerWheel<T, R> {
     /// Slots per level.
-    pub const SLOTS: usize = 1 << R;
+    pub const SLOTS: usize = Lists::<R>::SLOTS;
     /// Levels needed to cover 64 bits.
-    pub const LEVELS: usize = 64_usize.div_ceil(R as usize);
-    const MASK: u64 = (1 << R) - 1;
-    /// List id of the due list.
-    const DUE: usize = Self::LEVELS * Self::SLOTS;
-    const CHECK_R: () = assert!(R >= 1 && R <= 6, "R must be in 1..=6");
+    pub const LEVELS: usize = Lists::<R>::LEVELS;
 
     /// An empty wheel at tick `now` with `R` bits per level (`1..=6`; a
     /// compile-time error otherwise). `R = 1` is hitime's 64 bins.
     pub fn with_level_bits(now: u64) -> Self {
-        #[allow(clippy::let_unit_value)]
-        let () = Self::CHECK_R;
         Self {
-            nodes: Vec::new(),
+            nodes: Nodes(Vec::new()),
             free: Vec::new(),
-            heads: vec![NIL; Self::DUE + 1].into_boxed_slice(),
-            slot_bits: vec![0; Self::LEVELS].into_boxed_slice(),
-            level_bits: 0,
-            now,
+            lists: Lists::new(now),
             len: 0,
         }
     }
@@ -168,7 +187,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     /// The latest tick advanced to (at first, the tick given to `new`).
     #[inline]
     pub fn now(&self) -> u64 {
-        self.now
+        self.lists.now()
     }
 
     /// Number of pending timers (due ones not yet fired included).
@@ -190,9 +209,10 @@ impl<T, const R: u32> TimerWheel<T, R> {
     ///
     /// If more than `u32::MAX - 1` timers would be pending at once.
     pub fn insert(&mut self, deadline: u64, value: T) -> TimerId {
+        let nodes = &mut self.nodes.0;
         let (index, generation) = if let Some(index) = self.free.pop() {
-            let generation = self.generation(index);
-            self.nodes[index as usize] = Node::Occupied {
+            let generation = generation(&nodes[index as usize]);
+            nodes[index as usize] = Node::Occupied {
                 generation,
                 prev: NIL,
                 next: NIL,
@@ -201,11 +221,11 @@ impl<T, const R: u32> TimerWheel<T, R> {
             };
             (index, generation)
         } else {
-            let index = u32::try_from(self.nodes.len())
+            let index = u32::try_from(nodes.len())
                 .ok()
                 .filter(|&i| i != NIL)
                 .expect("TimerWheel: more than u32::MAX - 1 pending timers");
-            self.nodes.push(Node::Occupied {
+            nodes.push(Node::Occupied {
                 generation: 0,
                 prev: NIL,
                 next: NIL,
@@ -215,7 +235,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
             (index, 0)
         };
         self.len += 1;
-        self.push_back(self.list_for(deadline), index);
+        self.lists.link(&mut self.nodes, index, deadline);
         TimerId { index, generation }
     }
 
@@ -223,7 +243,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     /// `None` if the id is stale (fired, cancelled, or its slot reused). O(1).
     pub fn cancel(&mut self, id: TimerId) -> Option<T> {
         let deadline = self.deadline(id)?;
-        self.unlink(self.list_for(deadline), id.index);
+        self.lists.unlink(&mut self.nodes, id.index, deadline);
         Some(self.release(id.index))
     }
 
@@ -233,18 +253,18 @@ impl<T, const R: u32> TimerWheel<T, R> {
         let Some(old) = self.deadline(id) else {
             return false;
         };
-        self.unlink(self.list_for(old), id.index);
-        if let Node::Occupied { deadline: d, .. } = &mut self.nodes[id.index as usize] {
+        self.lists.unlink(&mut self.nodes, id.index, old);
+        if let Node::Occupied { deadline: d, .. } = &mut self.nodes.0[id.index as usize] {
             *d = deadline;
         }
-        self.push_back(self.list_for(deadline), id.index);
+        self.lists.link(&mut self.nodes, id.index, deadline);
         true
     }
 
     /// The deadline of a pending timer, or `None` if the id is stale.
     #[inline]
     pub fn deadline(&self, id: TimerId) -> Option<u64> {
-        match self.nodes.get(id.index as usize)? {
+        match self.nodes.0.get(id.index as usize)? {
             Node::Occupied {
                 generation,
                 deadline,
@@ -257,7 +277,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     /// The payload of a pending timer, or `None` if the id is stale.
     #[inline]
     pub fn get(&self, id: TimerId) -> Option<&T> {
-        match self.nodes.get(id.index as usize)? {
+        match self.nodes.0.get(id.index as usize)? {
             Node::Occupied {
                 generation, value, ..
             } if *generation == id.generation => Some(value),
@@ -268,7 +288,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     /// Mutable access to the payload of a pending timer.
     #[inline]
     pub fn get_mut(&mut self, id: TimerId) -> Option<&mut T> {
-        match self.nodes.get_mut(id.index as usize)? {
+        match self.nodes.0.get_mut(id.index as usize)? {
             Node::Occupied {
                 generation, value, ..
             } if *generation == id.generation => Some(value),
@@ -281,7 +301,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     /// to be pending (see [`id_at`](Self::id_at)).
     #[inline]
     pub fn get_at(&self, index: u32) -> Option<&T> {
-        match self.nodes.get(index as usize)? {
+        match self.nodes.0.get(index as usize)? {
             Node::Occupied { value, .. } => Some(value),
             Node::Vacant { .. } => None,
         }
@@ -291,7 +311,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     /// store a bare `u32` (for example in a hash table) and recover the handle.
     #[inline]
     pub fn id_at(&self, index: u32) -> Option<TimerId> {
-        match self.nodes.get(index as usize)? {
+        match self.nodes.0.get(index as usize)? {
             Node::Occupied { generation, .. } => Some(TimerId {
                 index,
                 generation: *generation,
@@ -317,21 +337,19 @@ impl<T, const R: u32> TimerWheel<T, R> {
         limit: usize,
         mut fire: impl FnMut(TimerId, T),
     ) -> bool {
-        self.move_to(now);
+        self.lists.move_to(&mut self.nodes, now);
         for _ in 0..limit {
-            let head = self.heads[Self::DUE];
-            if head == NIL {
+            let Some(index) = self.lists.pop_due(&mut self.nodes) else {
                 return false;
-            }
-            self.unlink(Self::DUE, head);
-            let id = TimerId {
-                index: head,
-                generation: self.generation(head),
             };
-            let value = self.release(head);
+            let id = TimerId {
+                index,
+                generation: generation(&self.nodes.0[index as usize]),
+            };
+            let value = self.release(index);
             fire(id, value);
         }
-        self.heads[Self::DUE] != NIL
+        self.lists.first_due().is_some()
     }
 
     /// When `advance` next has work: `None` if nothing is pending,
@@ -340,86 +358,26 @@ impl<T, const R: u32> TimerWheel<T, R> {
     /// to it never fires early and always makes progress, so a driver that
     /// only advances to `next_wakeup()` fires every timer at its deadline.
     pub fn next_wakeup(&self) -> Option<u64> {
-        if self.heads[Self::DUE] != NIL {
-            return Some(self.now);
-        }
-        if self.level_bits == 0 {
-            return None;
-        }
-        let level = self.level_bits.trailing_zeros();
-        let slot = u64::from(self.slot_bits[level as usize].trailing_zeros());
-        let shift = level * R;
-        let span = shift + R; // bits covered by this level and those below
-        let high = if span >= 64 {
-            0
-        } else {
-            self.now & !((1u64 << span) - 1)
-        };
-        Some(high | (slot << shift))
+        self.lists.next_wakeup()
     }
 
     /// Fires every pending timer (due ones first, then in deadline order
     /// across bins), leaving the wheel empty. For shutdown.
     pub fn drain(&mut self, mut fire: impl FnMut(TimerId, T)) {
-        for list in 0..Self::DUE {
-            self.splice_to_due(list);
-        }
-        self.slot_bits.fill(0);
-        self.level_bits = 0;
-        while self.advance_at_most(self.now, usize::MAX, &mut fire) {}
+        self.lists.all_due(&mut self.nodes);
+        let now = self.now();
+        while self.advance_at_most(now, usize::MAX, &mut fire) {}
     }
 
     // ---- internals -------------------------------------------------------
 
-    /// The list a timer with `deadline` belongs on, given the current `now`.
-    #[inline]
-    fn list_for(&self, deadline: u64) -> usize {
-        if deadline <= self.now {
-            return Self::DUE;
-        }
-        let bit = 63 - (deadline ^ self.now).leading_zeros();
-        let level = bit / R;
-        let slot = (deadline >> (level * R)) & Self::MASK;
-        level as usize * Self::SLOTS + slot as usize
-    }
-
-    #[inline]
-    fn generation(&self, index: u32) -> u32 {
-        match self.nodes[index as usize] {
-            Node::Occupied { generation, .. } | Node::Vacant { generation, .. } => generation,
-        }
-    }
-
-    #[inline]
-    fn links(&self, index: u32) -> (u32, u32) {
-        match self.nodes[index as usize] {
-            Node::Occupied { prev, next, .. } => (prev, next),
-            Node::Vacant { .. } => unreachable!("linked node is vacant"),
-        }
-    }
-
-    #[inline]
-    fn set_prev(&mut self, index: u32, to: u32) {
-        if let Node::Occupied { prev, .. } = &mut self.nodes[index as usize] {
-            *prev = to;
-        }
-    }
-
-    #[inline]
-    fn set_next(&mut self, index: u32, to: u32) {
-        if let Node::Occupied { next, .. } = &mut self.nodes[index as usize] {
-            *next = to;
-        }
-    }
-
     /// Frees an (already unlinked) node and returns its payload.
     fn release(&mut self, index: u32) -> T {
+        let slot = &mut self.nodes.0[index as usize];
         let vacant = Node::Vacant {
-            generation: self.generation(index).wrapping_add(1),
+            generation: generation(slot).wrapping_add(1),
         };
-        let Node::Occupied { value, .. } =
-            std::mem::replace(&mut self.nodes[index as usize], vacant)
-        else {
+        let Node::Occupied { value, .. } = std::mem::replace(slot, vacant) else {
             unreachable!("released a vacant node")
         };
         self.free.push(index);
@@ -427,201 +385,22 @@ impl<T, const R: u32> TimerWheel<T, R> {
         value
     }
 
-    /// Appends `index` to `list` (first in, first out).
-    #[inline]
-    fn push_back(&mut self, list: usize, index: u32) {
-        let head = self.heads[list];
-        if head == NIL {
-            self.set_prev(index, index);
-            self.set_next(index, index);
-            self.heads[list] = index;
-            self.mark_occupied(list);
-        } else {
-            let (tail, _) = self.links(head);
-            self.set_prev(index, tail);
-            self.set_next(index, head);
-            self.set_next(tail, index);
-            self.set_prev(head, index);
-        }
-    }
-
-    /// Removes `index` from `list`.
-    #[inline]
-    fn unlink(&mut self, list: usize, index: u32) {
-        let (prev, next) = self.links(index);
-        if next == index {
-            debug_assert_eq!(self.heads[list], index);
-            self.heads[list] = NIL;
-            self.mark_empty(list);
-        } else {
-            self.set_next(prev, next);
-            self.set_prev(next, prev);
-            if self.heads[list] == index {
-                self.heads[list] = next;
-            }
-        }
-    }
-
-    #[inline]
-    fn mark_occupied(&mut self, list: usize) {
-        if list != Self::DUE {
-            let (level, slot) = (list / Self::SLOTS, list % Self::SLOTS);
-            self.slot_bits[level] |= 1 << slot;
-            self.level_bits |= 1 << level;
-        }
-    }
-
-    #[inline]
-    fn mark_empty(&mut self, list: usize) {
-        if list != Self::DUE {
-            let (level, slot) = (list / Self::SLOTS, list % Self::SLOTS);
-            self.slot_bits[level] &= !(1 << slot);
-            if self.slot_bits[level] == 0 {
-                self.level_bits &= !(1 << level);
-            }
-        }
-    }
-
-    /// Moves the whole of `list` to the end of the due list, in O(1). Leaves
-    /// the occupancy bits to the caller.
-    fn splice_to_due(&mut self, list: usize) {
-        let head = std::mem::replace(&mut self.heads[list], NIL);
-        if head == NIL {
-            return;
-        }
-        let due = self.heads[Self::DUE];
-        if due == NIL {
-            self.heads[Self::DUE] = head;
-        } else {
-            let (due_tail, _) = self.links(due);
-            let (tail, _) = self.links(head);
-            self.set_next(due_tail, head);
-            self.set_prev(head, due_tail);
-            self.set_next(tail, due);
-            self.set_prev(due, tail);
-        }
-    }
-
-    /// Moves time forward to `to` (no-op if `to <= now`), restoring the
-    /// placement invariant for every node. See the module docs.
-    fn move_to(&mut self, to: u64) {
-        let from = self.now;
-        if to <= from {
-            return;
-        }
-        self.now = to;
-        let m = 63 - (from ^ to).leading_zeros();
-        let lm = m / R;
-
-        // Levels below `lm`: wholly due.
-        let mut below = self.level_bits & ((1u64 << lm) - 1);
-        while below != 0 {
-            let level = below.trailing_zeros() as usize;
-            below &= below - 1;
-            let mut slots = std::mem::take(&mut self.slot_bits[level]);
-            while slots != 0 {
-                let slot = slots.trailing_zeros() as usize;
-                slots &= slots - 1;
-                self.splice_to_due(level * Self::SLOTS + slot);
-            }
-            self.level_bits &= !(1 << level);
-        }
-
-        // Level `lm`: slots strictly between the two digits are due; the slot
-        // equal to `to`'s digit is re-examined timer by timer.
-        let level = lm as usize;
-        let shift = lm * R;
-        let old_digit = (from >> shift) & Self::MASK;
-        let new_digit = (to >> shift) & Self::MASK;
-        debug_assert!(old_digit < new_digit);
-        let occupied = self.slot_bits[level];
-        let between = occupied & ((1u64 << new_digit) - 1) & !((1u64 << (old_digit + 1)) - 1);
-        let mut slots = between;
-        while slots != 0 {
-            let slot = slots.trailing_zeros() as usize;
-            slots &= slots - 1;
-            self.splice_to_due(level * Self::SLOTS + slot);
-        }
-        let mut remaining = occupied & !between;
-        let recheck = level * Self::SLOTS + new_digit as usize;
-        let head = if occupied & (1 << new_digit) != 0 {
-            remaining &= !(1 << new_digit);
-            std::mem::replace(&mut self.heads[recheck], NIL)
-        } else {
-            NIL
-        };
-        self.slot_bits[level] = remaining;
-        if remaining == 0 {
-            self.level_bits &= !(1 << level);
-        }
-        if head != NIL {
-            let (tail, _) = self.links(head);
-            let mut cur = head;
-            loop {
-                let (_, next) = self.links(cur);
-                let Node::Occupied { deadline, .. } = self.nodes[cur as usize] else {
-                    unreachable!("linked node is vacant")
-                };
-                let list = self.list_for(deadline);
-                debug_assert!(list == Self::DUE || list / Self::SLOTS < level);
-                self.push_back(list, cur);
-                if cur == tail {
-                    break;
-                }
-                cur = next;
-            }
-        }
-    }
-
     /// Checks every internal invariant; panics with a description if one
     /// fails. O(number of nodes). Test-only.
     #[cfg(test)]
     pub(crate) fn validate(&self) {
-        let mut seen = vec![false; self.nodes.len()];
+        let nodes = &self.nodes.0;
+        let mut seen = vec![false; nodes.len()];
         let mut count = 0usize;
-        for list in 0..=Self::DUE {
-            let head = self.heads[list];
-            if list != Self::DUE {
-                let (level, slot) = (list / Self::SLOTS, list % Self::SLOTS);
-                let bit = self.slot_bits[level] & (1 << slot) != 0;
-                assert_eq!(bit, head != NIL, "slot bit mismatch at list {list}");
-            }
-            if head == NIL {
-                continue;
-            }
-            let mut cur = head;
-            loop {
-                let (prev, next) = self.links(cur);
-                assert!(!seen[cur as usize], "node {cur} linked twice");
-                seen[cur as usize] = true;
-                count += 1;
-                assert_eq!(self.links(next).0, cur, "broken back link");
-                assert_eq!(self.links(prev).1, cur, "broken forward link");
-                let Node::Occupied { deadline, .. } = self.nodes[cur as usize] else {
-                    unreachable!()
-                };
-                assert_eq!(
-                    self.list_for(deadline),
-                    list,
-                    "node {cur} on the wrong list"
-                );
-                cur = next;
-                if cur == head {
-                    break;
-                }
-            }
-        }
-        for level in 0..Self::LEVELS {
-            assert_eq!(
-                self.level_bits & (1 << level) != 0,
-                self.slot_bits[level] != 0,
-                "level bit mismatch at level {level}"
-            );
-        }
+        self.lists.validate(&self.nodes, |i| {
+            assert!(!seen[i as usize], "node {i} linked twice");
+            seen[i as usize] = true;
+            count += 1;
+        });
         assert_eq!(count, self.len, "len mismatch");
         for &free in &self.free {
             assert!(
-                matches!(self.nodes[free as usize], Node::Vacant { .. }),
+                matches!(nodes[free as usize], Node::Vacant { .. }),
                 "free stack holds occupied node {free}"
             );
         }
@@ -635,9 +414,16 @@ impl<T, const R: u32> TimerWheel<T, R> {
         );
         assert_eq!(
             self.free.len() + self.len,
-            self.nodes.len(),
+            nodes.len(),
             "free stack leaks nodes"
         );
+    }
+}
+
+#[inline]
+fn generation<T>(node: &Node<T>) -> u32 {
+    match *node {
+        Node::Occupied { generation, .. } | Node::Vacant { generation } => generation,
     }
 }
 
@@ -645,7 +431,7 @@ impl<T, const R: u32> fmt::Debug for TimerWheel<T, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimerWheel")
             .field("level_bits", &R)
-            .field("now", &self.now)
+            .field("now", &self.now())
             .field("len", &self.len)
             .field("next_wakeup", &self.next_wakeup())
             .finish()
