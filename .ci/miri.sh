@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Miri over the modules with unsafe code (broadcast, clock). Needs nightly;
+# Miri over the modules with unsafe code (broadcast, clock, the map's shard slab). Needs nightly;
 # never required for CI to pass.
 . "$(dirname "$0")/lib.sh"
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
@@ -13,4 +13,4 @@ if ! cargo +nightly miri --version >/dev/null 2>&1; then
 fi
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}/miri
 export MIRIFLAGS="${MIRIFLAGS:--Zmiri-strict-provenance}"
-step miri cargo +nightly miri test --lib -- broadcast clock
+step miri cargo +nightly miri test --lib -- broadcast clock map::

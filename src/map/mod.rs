@@ -278,7 +278,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read_live(key, |e, _| e.value.clone())
+        self.read_live(key, |value, _| value.clone())
     }
 
     /// The value for `key` and its remaining time to live, read together.
@@ -287,9 +287,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read_live(key, |e, now| {
-            (e.value.clone(), Duration::from_nanos(e.deadline - now))
-        })
+        self.read_live(key, |value, left| (value.clone(), left))
     }
 
     /// The remaining time to live of a live entry.
@@ -298,12 +296,13 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read_live(key, |e, now| Duration::from_nanos(e.deadline - now))
+        self.read_live(key, |_, left| left)
     }
 
-    /// Applies `f` to the live entry for `key` under the shard's read lock.
+    /// Applies `f` to the value of the live entry for `key` and its time
+    /// left, under the shard's read lock.
     #[inline]
-    fn read_live<Q, R>(&self, key: &Q, f: impl FnOnce(&shard::Entry<K, V>, u64) -> R) -> Option<R>
+    fn read_live<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Duration) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -312,7 +311,9 @@ where
         let hash = inner.hasher.hash_one(key);
         let now = inner.clock.now();
         let shard = inner.shard(hash).read();
-        shard.get(hash, key, now).map(|e| f(e, now))
+        shard
+            .get(hash, key, now)
+            .map(|(value, deadline)| f(value, Duration::from_nanos(deadline - now)))
     }
 
     /// `true` if `key` has a live entry.

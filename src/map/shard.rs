@@ -23,20 +23,118 @@
 //!   early and at most one tick (less than one precision) late. Reads compare
 //!   the exact deadline.
 
-use crate::timer::TimerWheel;
+use crate::timer::{Links, Lists, NIL};
 use hashbrown::{HashTable, hash_table};
 use std::borrow::Borrow;
+use std::mem::MaybeUninit;
 
-/// A stored entry. With the wheel node around it, an entry costs
-/// `size_of::<K>() + size_of::<V>() + 40` bytes in the slab (rounded up to
-/// the alignment of `K` and `V`): `deadline` and `hash` here, and the
-/// generation, two links and the tick in the node.
+/// An entry taken out of a shard by [`Shard::drain`].
 pub(crate) struct Entry<K, V> {
     pub(crate) key: K,
     pub(crate) value: V,
-    /// Exact deadline in clock nanoseconds; visible while `now <= deadline`.
+    /// Exact deadline in clock nanoseconds.
     pub(crate) deadline: u64,
-    pub(crate) hash: u64,
+}
+
+/// One slab node: an entry and its timer links, nothing else. For
+/// `u64 -> u64` that is 40 bytes; in general `size_of::<(K, V)>() + 20`,
+/// rounded up to the alignment of `K` and `V`. The fields a read touches
+/// (key, value, deadline) come first, so they share a cache line more often.
+#[repr(C)]
+struct Node<K, V> {
+    /// Initialised exactly while the node is linked in the wheel's lists
+    /// (see "Slab invariant" on [`Shard`]).
+    kv: MaybeUninit<(K, V)>,
+    /// Exact deadline in clock nanoseconds; visible while `now <= deadline`.
+    deadline: u64,
+    /// The low 32 bits of the key's hash, to find the table slot on removal.
+    hash: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// The slab as the wheel's [`Links`] store. A node's timer tick is derived
+/// from its exact deadline (`tick_for`), so it is not stored.
+struct Slab<K, V> {
+    nodes: Vec<Node<K, V>>,
+    /// A wheel tick lasts `2^shift` nanoseconds.
+    shift: u32,
+}
+
+impl<K, V> Slab<K, V> {
+    /// See [`Shard::tick_for`].
+    #[inline]
+    fn tick_for(&self, deadline: u64) -> u64 {
+        (deadline >> self.shift) + 1
+    }
+
+    /// The key and value of node `index`.
+    ///
+    /// # Safety
+    ///
+    /// `index` must be live: linked in the wheel's lists, which is the case
+    /// for every index stored in the table.
+    #[inline]
+    unsafe fn kv(&self, index: u32) -> &(K, V) {
+        // SAFETY: the caller guarantees `index` is live, and a live node's
+        // `kv` is initialised (slab invariant).
+        unsafe { self.nodes[index as usize].kv.assume_init_ref() }
+    }
+
+    /// Moves the key and value out of node `index`, leaving it uninitialised.
+    ///
+    /// # Safety
+    ///
+    /// `index` must be live, and the caller must make it vacant (unlink it
+    /// and push it on the free stack) before anything reads its `kv` again.
+    #[inline]
+    unsafe fn take_kv(&mut self, index: u32) -> (K, V) {
+        // SAFETY: live means initialised; the caller stops treating the node
+        // as initialised, so the pair is not read or dropped twice.
+        unsafe { self.nodes[index as usize].kv.assume_init_read() }
+    }
+
+    /// Hints the CPU to start loading node `index`.
+    #[inline]
+    fn prefetch(&self, index: u32) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if let Some(node) = self.nodes.get(index as usize) {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let p = std::ptr::from_ref(node).cast::<i8>();
+            // SAFETY: a prefetch is only a hint: it never faults and has no
+            // effect on memory, whatever the address (here a valid node).
+            // `unsafe` is needed before Rust 1.87 made the intrinsic safe.
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(p);
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        let _ = index;
+    }
+}
+
+impl<K, V> Links for Slab<K, V> {
+    #[inline]
+    fn links(&self, index: u32) -> (u32, u32) {
+        let n = &self.nodes[index as usize];
+        (n.prev, n.next)
+    }
+
+    #[inline]
+    fn set_prev(&mut self, index: u32, to: u32) {
+        self.nodes[index as usize].prev = to;
+    }
+
+    #[inline]
+    fn set_next(&mut self, index: u32, to: u32) {
+        self.nodes[index as usize].next = to;
+    }
+
+    #[inline]
+    fn deadline(&self, index: u32) -> u64 {
+        self.tick_for(self.nodes[index as usize].deadline)
+    }
 }
 
 /// Why an entry left the shard. Mirrors the public `Cause` for the doors a
@@ -92,11 +190,113 @@ pub(crate) enum PutOutcome<K, V> {
     Overwrote(Removed<K, V>),
 }
 
+/// The slab, its free stack and the wheel's lists: everything but the
+/// table, so that a table entry (which borrows the table) can be held while
+/// the wheel changes.
+///
+/// # Slab invariant
+///
+/// A node is *live* exactly when it is linked in `lists`; then its `kv` is
+/// initialised and exactly one table slot holds its index. Every other node
+/// of the slab is *vacant*: its index is on `free` once, and its `kv` is
+/// uninitialised. Every method of [`Shard`] restores this before it returns
+/// or runs anything that can panic (user `Eq` runs only inside table probes,
+/// before any change). The `unsafe` reads of `kv` rely on it.
+struct Wheel<K, V> {
+    slab: Slab<K, V>,
+    /// Vacant node indices, reused last-in first-out.
+    free: Vec<u32>,
+    lists: Lists<{ crate::timer::DEFAULT_LEVEL_BITS }>,
+    len: usize,
+}
+
+impl<K, V> Wheel<K, V> {
+    /// Takes a vacant node (or grows the slab), fills it and links it.
+    fn alloc(&mut self, key: K, value: V, deadline: u64, h32: u32) -> u32 {
+        let node = Node {
+            kv: MaybeUninit::new((key, value)),
+            deadline,
+            hash: h32,
+            prev: NIL,
+            next: NIL,
+        };
+        let index = if let Some(index) = self.free.pop() {
+            // Overwriting a vacant node drops nothing: `kv` is MaybeUninit.
+            self.slab.nodes[index as usize] = node;
+            index
+        } else {
+            let index = u32::try_from(self.slab.nodes.len())
+                .ok()
+                .filter(|&i| i != NIL)
+                .expect("expiremap: more than u32::MAX - 1 entries in one shard");
+            self.slab.nodes.push(node);
+            index
+        };
+        let tick = self.slab.tick_for(deadline);
+        self.lists.link(&mut self.slab, index, tick);
+        self.len += 1;
+        index
+    }
+
+    /// Makes live node `index` (already removed from the table, or just
+    /// popped from the due list if `linked` is false) vacant and returns its
+    /// entry.
+    fn release(&mut self, index: u32, linked: bool) -> Entry<K, V> {
+        let deadline = self.slab.nodes[index as usize].deadline;
+        if linked {
+            let tick = self.slab.tick_for(deadline);
+            self.lists.unlink(&mut self.slab, index, tick);
+        }
+        // SAFETY: `index` was live; it is now unlinked and goes on the free
+        // stack right below, so nothing reads its `kv` again until `alloc`
+        // overwrites it.
+        let (key, value) = unsafe { self.slab.take_kv(index) };
+        self.free.push(index);
+        self.len -= 1;
+        Entry {
+            key,
+            value,
+            deadline,
+        }
+    }
+
+    /// Moves live node `index` to a new deadline.
+    fn reschedule(&mut self, index: u32, deadline: u64) {
+        let old = self.slab.tick_for(self.slab.nodes[index as usize].deadline);
+        self.lists.unlink(&mut self.slab, index, old);
+        self.slab.nodes[index as usize].deadline = deadline;
+        let tick = self.slab.tick_for(deadline);
+        self.lists.link(&mut self.slab, index, tick);
+    }
+
+    /// Unlinks and makes vacant the first due node.
+    fn pop_due(&mut self) -> Option<(u32, Entry<K, V>)> {
+        let index = self.lists.pop_due(&mut self.slab)?;
+        Some((index, self.release(index, false)))
+    }
+}
+
+impl<K, V> Drop for Wheel<K, V> {
+    fn drop(&mut self) {
+        // Move every live pair out first (no user code), then drop them all:
+        // a panicking `Drop` of one still lets `Vec` drop the rest.
+        self.lists.all_due(&mut self.slab);
+        let mut live = Vec::with_capacity(self.len);
+        while let Some(index) = self.lists.pop_due(&mut self.slab) {
+            // SAFETY: popped from the lists, so it was live; it is never
+            // read again (the slab is being dropped, and drops no `kv`).
+            live.push(unsafe { self.slab.take_kv(index) });
+        }
+        self.len = 0;
+        drop(live);
+    }
+}
+
+/// A hash table of slab indices plus a timer wheel whose nodes are the
+/// entries. See [`Wheel`] for the slab invariant.
 pub(crate) struct Shard<K, V> {
     table: HashTable<Slot>,
-    wheel: TimerWheel<Entry<K, V>>,
-    /// A wheel tick lasts `2^shift` nanoseconds.
-    shift: u32,
+    wheel: Wheel<K, V>,
 }
 
 impl<K, V> Shard<K, V> {
@@ -106,8 +306,15 @@ impl<K, V> Shard<K, V> {
         debug_assert!((1..64).contains(&shift));
         Self {
             table: HashTable::new(),
-            wheel: TimerWheel::new(now >> shift),
-            shift,
+            wheel: Wheel {
+                slab: Slab {
+                    nodes: Vec::new(),
+                    shift,
+                },
+                free: Vec::new(),
+                lists: Lists::new(now >> shift),
+                len: 0,
+            },
         }
     }
 
@@ -115,56 +322,39 @@ impl<K, V> Shard<K, V> {
     /// the first tick starting strictly after the deadline.
     #[inline]
     pub(crate) fn tick_for(&self, deadline: u64) -> u64 {
-        (deadline >> self.shift) + 1
+        self.wheel.slab.tick_for(deadline)
     }
 
     /// Clock time (ns) at which the wheel reaches `tick`.
     #[inline]
     pub(crate) fn time_of(&self, tick: u64) -> u64 {
-        tick.checked_shl(self.shift)
-            .filter(|t| t >> self.shift == tick)
+        let shift = self.wheel.slab.shift;
+        tick.checked_shl(shift)
+            .filter(|t| t >> shift == tick)
             .unwrap_or(u64::MAX)
     }
 
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.wheel.len()
+        self.wheel.len
     }
 
-    /// Index of the entry with `key`, if held (expired or not).
+    /// The value and exact deadline of the live entry for `key` at `now`.
     #[inline]
-    fn find<Q>(&self, hash: u64, key: &Q) -> Option<u32>
+    pub(crate) fn get<Q>(&self, hash: u64, key: &Q, now: u64) -> Option<(&V, u64)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let wheel = &self.wheel;
+        let slab = &self.wheel.slab;
         let h32 = hash as u32;
-        self.table
-            .find(table_hash(h32), |s| {
-                s.hash == h32 && wheel.get_at(s.index).is_some_and(|e| e.key.borrow() == key)
-            })
-            .map(|s| s.index)
-    }
-
-    #[inline]
-    fn entry(&self, index: u32) -> &Entry<K, V> {
-        let id = self
-            .wheel
-            .id_at(index)
-            .expect("table points at a vacant node");
-        self.wheel.get(id).expect("id_at returned a live id")
-    }
-
-    /// The live entry for `key` at time `now`, if any.
-    #[inline]
-    pub(crate) fn get<Q>(&self, hash: u64, key: &Q, now: u64) -> Option<&Entry<K, V>>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        let e = self.entry(self.find(hash, key)?);
-        (now <= e.deadline).then_some(e)
+        let slot = self.table.find(table_hash(h32), |s| {
+            // SAFETY: table slots hold live indices (slab invariant).
+            s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
+        })?;
+        let deadline = slab.nodes[slot.index as usize].deadline;
+        // SAFETY: as above, the slot's index is live.
+        (now <= deadline).then(|| (&unsafe { slab.kv(slot.index) }.1, deadline))
     }
 
     /// Inserts or overwrites. `deadline > now` is the caller's duty.
@@ -179,31 +369,31 @@ impl<K, V> Shard<K, V> {
     where
         K: Eq,
     {
-        let tick = self.tick_for(deadline);
-        let wheel = &self.wheel;
+        let slab = &self.wheel.slab;
         // One probe serves both outcomes. Growing the table rehashes from the
         // stored 32 bits: no user code, no slab access.
         let h32 = hash as u32;
         let entry = self.table.entry(
             table_hash(h32),
-            |s| s.hash == h32 && wheel.get_at(s.index).is_some_and(|e| e.key == key),
+            // SAFETY: table slots hold live indices (slab invariant).
+            |s| s.hash == h32 && unsafe { slab.kv(s.index) }.0 == key,
             |s| table_hash(s.hash),
         );
         match entry {
             hash_table::Entry::Occupied(o) => {
-                let id = self
-                    .wheel
-                    .id_at(o.get().index)
-                    .expect("table points at a vacant node");
-                let e = self.wheel.get_mut(id).expect("live id");
-                let door = if now <= e.deadline {
+                let index = o.get().index;
+                let node = &mut self.wheel.slab.nodes[index as usize];
+                let old_deadline = node.deadline;
+                let door = if now <= old_deadline {
                     Door::Replaced
                 } else {
                     Door::Expired
                 };
-                let old_deadline = std::mem::replace(&mut e.deadline, deadline);
-                let old_value = std::mem::replace(&mut e.value, value);
-                self.wheel.reschedule(id, tick);
+                // SAFETY: the index came from the table, so the node is live
+                // and its `kv` initialised.
+                let pair = unsafe { node.kv.assume_init_mut() };
+                let old_value = std::mem::replace(&mut pair.1, value);
+                self.wheel.reschedule(index, deadline);
                 PutOutcome::Overwrote(Removed {
                     key,
                     value: old_value,
@@ -212,19 +402,8 @@ impl<K, V> Shard<K, V> {
                 })
             }
             hash_table::Entry::Vacant(v) => {
-                let id = self.wheel.insert(
-                    tick,
-                    Entry {
-                        key,
-                        value,
-                        deadline,
-                        hash,
-                    },
-                );
-                v.insert(Slot {
-                    index: id.index(),
-                    hash: h32,
-                });
+                let index = self.wheel.alloc(key, value, deadline, h32);
+                v.insert(Slot { index, hash: h32 });
                 PutOutcome::Inserted
             }
         }
@@ -237,8 +416,17 @@ impl<K, V> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let index = self.find(hash, key)?;
-        let e = self.take(hash, index);
+        let slab = &self.wheel.slab;
+        let h32 = hash as u32;
+        let (slot, _) = self
+            .table
+            .find_entry(table_hash(h32), |s| {
+                // SAFETY: table slots hold live indices (slab invariant).
+                s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
+            })
+            .ok()?
+            .remove();
+        let e = self.wheel.release(slot.index, true);
         let door = if now <= e.deadline {
             Door::Removed
         } else {
@@ -258,48 +446,44 @@ impl<K, V> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let Some(index) = self.find(hash, key) else {
+        let slab = &self.wheel.slab;
+        let h32 = hash as u32;
+        let Some(slot) = self.table.find(table_hash(h32), |s| {
+            // SAFETY: table slots hold live indices (slab invariant).
+            s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
+        }) else {
             return false;
         };
-        let tick = self.tick_for(deadline);
-        let id = self
-            .wheel
-            .id_at(index)
-            .expect("table points at a vacant node");
-        let e = self.wheel.get_mut(id).expect("live id");
-        if now > e.deadline {
+        let index = slot.index;
+        if now > slab.nodes[index as usize].deadline {
             return false;
         }
-        e.deadline = deadline;
-        self.wheel.reschedule(id, tick);
+        self.wheel.reschedule(index, deadline);
         true
-    }
-
-    /// Removes the entry at `index` from table and wheel.
-    fn take(&mut self, hash: u64, index: u32) -> Entry<K, V> {
-        let id = self
-            .wheel
-            .id_at(index)
-            .expect("table points at a vacant node");
-        self.table
-            .find_entry(table_hash(hash as u32), |s| s.index == index)
-            .expect("entry missing from table")
-            .remove();
-        self.wheel.cancel(id).expect("live id")
     }
 
     /// Evicts at most `limit` entries whose timers are due at `now`, pushing
     /// them to `out`. Returns `true` if more are due.
     pub(crate) fn evict(&mut self, now: u64, limit: usize, out: &mut Vec<Removed<K, V>>) -> bool {
-        let now_tick = now >> self.shift;
-        let table = &mut self.table;
-        self.wheel.advance_at_most(now_tick, limit, |id, e| {
+        let wheel = &mut self.wheel;
+        let now_tick = now >> wheel.slab.shift;
+        wheel.lists.move_to(&mut wheel.slab, now_tick);
+        for _ in 0..limit {
+            let Some((index, e)) = wheel.pop_due() else {
+                return false;
+            };
+            // The due list is a linked list, so its nodes arrive one cache
+            // miss after another. Start loading the one after next now, to
+            // overlap with this entry's table probe.
+            if let Some(next) = wheel.lists.first_due() {
+                wheel.slab.prefetch(wheel.slab.links(next).1);
+            }
             // tick = (deadline >> shift) + 1 cannot overflow for shift >= 1,
             // so a fired timer is always past its deadline.
             debug_assert!(e.deadline < now);
-            let index = id.index();
-            table
-                .find_entry(table_hash(e.hash as u32), |s| s.index == index)
+            let h32 = wheel.slab.nodes[index as usize].hash;
+            self.table
+                .find_entry(table_hash(h32), |s| s.index == index)
                 .expect("entry missing from table")
                 .remove();
             out.push(Removed {
@@ -308,39 +492,56 @@ impl<K, V> Shard<K, V> {
                 deadline: e.deadline,
                 door: Door::Expired,
             });
-        })
+        }
+        wheel.lists.first_due().is_some()
     }
 
     /// When the wheel next has work, in clock nanoseconds (`None` if empty).
     pub(crate) fn next_wakeup(&self) -> Option<u64> {
-        self.wheel.next_wakeup().map(|t| self.time_of(t))
+        self.wheel.lists.next_wakeup().map(|t| self.time_of(t))
     }
 
     /// Takes every entry out, leaving the shard empty, in O(1) under the lock
     /// (the caller drains the returned shard after unlocking).
     pub(crate) fn take_all(&mut self, now: u64) -> Shard<K, V> {
-        std::mem::replace(self, Shard::new(self.shift, now))
+        std::mem::replace(self, Shard::new(self.wheel.slab.shift, now))
     }
 
-    /// Drains every entry (for `clear` and shutdown), without the lock.
+    /// Drains every entry (for `clear` and shutdown), without the lock. If
+    /// `f` panics, dropping the shard drops the entries not yet drained.
     pub(crate) fn drain(mut self, mut f: impl FnMut(Entry<K, V>)) {
         self.table.clear();
-        self.wheel.drain(|_, e| f(e));
+        self.wheel.lists.all_due(&mut self.wheel.slab);
+        while let Some((_, e)) = self.wheel.pop_due() {
+            f(e);
+        }
     }
 
-    /// Test-only consistency check between table and wheel.
+    /// Test-only consistency check between table and wheel, and of the slab
+    /// invariant.
     #[cfg(test)]
     pub(crate) fn validate(&self) {
-        self.wheel.validate();
-        assert_eq!(self.table.len(), self.wheel.len());
+        let w = &self.wheel;
+        let n = w.slab.nodes.len();
+        let mut live = vec![false; n];
+        let mut count = 0;
+        w.lists.validate(&w.slab, |i| {
+            assert!(!live[i as usize], "node {i} linked twice");
+            live[i as usize] = true;
+            count += 1;
+        });
+        assert_eq!(count, w.len, "len mismatch");
+        assert_eq!(self.table.len(), w.len, "table and wheel sizes differ");
+        let mut free = vec![false; n];
+        for &f in &w.free {
+            assert!(!live[f as usize], "free stack holds live node {f}");
+            assert!(!free[f as usize], "free stack holds {f} twice");
+            free[f as usize] = true;
+        }
+        assert_eq!(w.free.len() + w.len, n, "nodes neither live nor free");
         for s in self.table.iter() {
-            let i = s.index;
-            let e = self.entry(i);
-            assert_eq!(s.hash, e.hash as u32, "table slot hash mismatch");
-            assert_eq!(self.tick_for(e.deadline), {
-                let id = self.wheel.id_at(i).unwrap();
-                self.wheel.deadline(id).unwrap()
-            });
+            assert!(live[s.index as usize], "table points at vacant {}", s.index);
+            assert_eq!(s.hash, w.slab.nodes[s.index as usize].hash, "hash mismatch");
         }
     }
 }
