@@ -202,12 +202,11 @@ where
 {
     pub(crate) fn from_parts(config: Config, clock: Time, hasher: S) -> Result<Self, BuildError> {
         let now = clock.now();
+        let shift = shard::tick_shift(config.precision);
         let shards = (0..config.shards)
-            .map(|_| {
-                CachePadded::new(RwLock::new(Shard::new(
-                    shard::tick_shift(config.precision),
-                    now,
-                )))
+            .map(|i| {
+                let phase = shard::phase(i, config.shards);
+                CachePadded::new(RwLock::new(Shard::new(shift, phase, now)))
             })
             .collect();
         let background = config.background_eviction;

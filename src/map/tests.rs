@@ -14,7 +14,8 @@ fn h(k: u64) -> u64 {
 
 #[test]
 fn shard_random_ops_keep_table_and_wheel_consistent() {
-    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0);
+    // A non-zero phase (see `shard::phase`), which must change nothing.
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 37, 0);
     let mut model: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut x = 0x1234_5678_u64;
     let mut rnd = |n: u64| {
@@ -82,7 +83,7 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
 
 #[test]
 fn take_all_leaves_an_empty_shard_and_drains_everything() {
-    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0);
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0);
     for k in 0..100 {
         s.put(h(k), k, k, 10 * P, 0);
     }
@@ -112,7 +113,7 @@ fn tick_shift_rounds_precision_down_to_a_power_of_two() {
 
 #[test]
 fn time_of_saturates_instead_of_wrapping() {
-    let s: Shard<u64, u64> = Shard::new(19, 0);
+    let s: Shard<u64, u64> = Shard::new(19, 0, 0);
     assert_eq!(s.time_of(3), 3 << 19);
     assert_eq!(s.time_of(s.tick_for(u64::MAX)), u64::MAX);
     assert_eq!(s.tick_for(u64::MAX), (u64::MAX >> 19) + 1);
@@ -152,7 +153,7 @@ impl Drop for Tracked {
 #[test]
 fn every_value_is_dropped_exactly_once_whichever_way_it_leaves() {
     let live = std::rc::Rc::new(std::cell::Cell::new(0));
-    let mut s: Shard<String, Tracked> = Shard::new(SHIFT, 0);
+    let mut s: Shard<String, Tracked> = Shard::new(SHIFT, 0, 0);
     let mut out = Vec::new();
     for k in 0..if cfg!(miri) { 40 } else { 200 } {
         let key = format!("k{k}");
@@ -202,7 +203,7 @@ fn every_value_is_dropped_exactly_once_whichever_way_it_leaves() {
 #[test]
 fn a_panicking_drop_inside_a_shard_drop_still_drops_the_others() {
     let live = std::rc::Rc::new(std::cell::Cell::new(0));
-    let mut s: Shard<u64, Tracked> = Shard::new(SHIFT, 0);
+    let mut s: Shard<u64, Tracked> = Shard::new(SHIFT, 0, 0);
     for k in 0..20u64 {
         s.put(h(k), k, Tracked::new(&live, k == 7), P * (k + 1), 0);
     }
@@ -214,7 +215,7 @@ fn a_panicking_drop_inside_a_shard_drop_still_drops_the_others() {
 #[test]
 fn a_drain_cut_short_by_a_panic_leaves_the_rest_to_drop() {
     let live = std::rc::Rc::new(std::cell::Cell::new(0));
-    let mut s: Shard<u64, Tracked> = Shard::new(SHIFT, 0);
+    let mut s: Shard<u64, Tracked> = Shard::new(SHIFT, 0, 0);
     for k in 0..20u64 {
         s.put(h(k), k, Tracked::new(&live, false), P * (k + 1), 0);
     }
@@ -233,8 +234,65 @@ fn a_drain_cut_short_by_a_panic_leaves_the_rest_to_drop() {
 
 #[test]
 fn get_returns_the_exact_deadline() {
-    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0);
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0);
     s.put(h(1), 1, 10, 12_345, 0);
     assert_eq!(s.get(h(1), &1, 12_345), Some((&10, 12_345)));
     assert_eq!(s.get(h(1), &1, 12_346), None);
+}
+
+#[test]
+fn phases_spread_the_shards_over_one_level_one_slot() {
+    use super::shard::phase;
+    // 16 shards: 4 ticks apart over the 64 ticks of a level-1 slot.
+    let p: Vec<u64> = (0..16).map(|i| phase(i, 16)).collect();
+    assert_eq!(p, (0..16).map(|i| 4 * i).collect::<Vec<u64>>());
+    assert_eq!(phase(0, 1), 0);
+    assert_eq!(phase(3, 4), 48);
+    // More shards than slots: neighbours share a phase, all below 64.
+    assert_eq!(phase(1, 128), 0);
+    assert_eq!(phase(127, 128), 63);
+}
+
+#[test]
+fn a_phased_shard_evicts_exactly_like_an_unphased_one() {
+    // The phase renumbers ticks; it must not move a single eviction. Each
+    // deadline is evicted at the first multiple of 2^SHIFT after it, never
+    // earlier, whatever the phase.
+    for phase in [0u64, 1, 17, 63] {
+        let mut s: Shard<u64, u64> = Shard::new(SHIFT, phase, 0);
+        let deadlines = [
+            1u64,
+            P - 1,
+            P,
+            P + 1,
+            3 * P - 5,
+            64 * P,
+            64 * P - 1,
+            200 * P + 9,
+        ];
+        for (k, &d) in deadlines.iter().enumerate() {
+            s.put(h(k as u64), k as u64, k as u64, d, 0);
+            assert_eq!(s.time_of(s.tick_for(d)), (d / P + 1) * P);
+        }
+        let mut out = Vec::new();
+        let mut gone = vec![None; deadlines.len()];
+        let mut now = 0;
+        while now <= 210 * P {
+            s.evict(now, usize::MAX, &mut out);
+            for r in out.drain(..) {
+                gone[r.key as usize] = Some(now);
+            }
+            s.validate();
+            now += 1 + now % 97; // uneven steps
+        }
+        for (k, &d) in deadlines.iter().enumerate() {
+            let t = gone[k].unwrap_or_else(|| panic!("phase {phase}: {d} never evicted"));
+            let boundary = (d / P + 1) * P;
+            assert!(
+                t >= boundary,
+                "phase {phase}: {d} evicted at {t}, before {boundary}"
+            );
+            assert!(t - boundary <= 97, "phase {phase}: {d} evicted late at {t}");
+        }
+    }
 }

@@ -24,6 +24,11 @@ pub(crate) trait Links {
     fn set_next(&mut self, index: u32, to: u32);
     /// The deadline tick of a linked node.
     fn deadline(&self, index: u32) -> u64;
+    /// Hints that node `index` is about to be read. The default does nothing.
+    #[inline]
+    fn prefetch(&self, index: u32) {
+        let _ = index;
+    }
 }
 
 /// Circular doubly linked lists, one per `(level, slot)` plus the due list,
@@ -266,6 +271,9 @@ impl<const R: u32> Lists<R> {
             let mut cur = head;
             loop {
                 let (_, next) = store.links(cur);
+                // The walk is one cache miss per node; start the next one
+                // before this node's re-link (whose branches may stall).
+                store.prefetch(next);
                 let list = self.list_for(store.deadline(cur));
                 debug_assert!(list == Self::DUE || list / Self::SLOTS < level);
                 self.push_back(store, list, cur);
