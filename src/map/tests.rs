@@ -200,13 +200,29 @@ fn every_value_is_dropped_exactly_once_whichever_way_it_leaves() {
     assert_eq!(live.get(), 0, "values leaked or dropped twice");
 }
 
+/// A shard holding keys 0..20 with tracked values; the value of key
+/// `panicky` (if any) panics when dropped.
+fn tracked_shard(
+    live: &std::rc::Rc<std::cell::Cell<i64>>,
+    panicky: Option<u64>,
+) -> Shard<u64, Tracked> {
+    let mut s = Shard::new(SHIFT, 0, 0);
+    for k in 0..20u64 {
+        s.put(
+            h(k),
+            k,
+            Tracked::new(live, Some(k) == panicky),
+            P * (k + 1),
+            0,
+        );
+    }
+    s
+}
+
 #[test]
 fn a_panicking_drop_inside_a_shard_drop_still_drops_the_others() {
     let live = std::rc::Rc::new(std::cell::Cell::new(0));
-    let mut s: Shard<u64, Tracked> = Shard::new(SHIFT, 0, 0);
-    for k in 0..20u64 {
-        s.put(h(k), k, Tracked::new(&live, k == 7), P * (k + 1), 0);
-    }
+    let s = tracked_shard(&live, Some(7));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(s)));
     assert!(r.is_err());
     assert_eq!(live.get(), 0, "the other 19 values must still be dropped");
@@ -215,10 +231,7 @@ fn a_panicking_drop_inside_a_shard_drop_still_drops_the_others() {
 #[test]
 fn a_drain_cut_short_by_a_panic_leaves_the_rest_to_drop() {
     let live = std::rc::Rc::new(std::cell::Cell::new(0));
-    let mut s: Shard<u64, Tracked> = Shard::new(SHIFT, 0, 0);
-    for k in 0..20u64 {
-        s.put(h(k), k, Tracked::new(&live, false), P * (k + 1), 0);
-    }
+    let s = tracked_shard(&live, None);
     let mut seen = 0;
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         s.drain(|e| {
