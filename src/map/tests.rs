@@ -267,6 +267,10 @@ fn phases_spread_the_shards_over_one_level_one_slot() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "arithmetic and safe list moves, ~20k evict+validate calls: too slow under Miri"
+)]
 fn a_phased_shard_evicts_exactly_like_an_unphased_one() {
     // The phase renumbers ticks; it must not move a single eviction. Each
     // deadline is evicted at the first multiple of 2^SHIFT after it, never
