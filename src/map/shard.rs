@@ -172,6 +172,18 @@ struct Slot {
     hash: u32,
 }
 
+/// The table-probe predicate for `key` (whose hash has low bits `h32`):
+/// the stored hash bits first, then user `Eq` on the stored key.
+#[inline]
+fn is_key<'a, K, V, Q>(slab: &'a Slab<K, V>, h32: u32, key: &'a Q) -> impl Fn(&Slot) -> bool + 'a
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    // SAFETY: table slots hold live indices (slab invariant).
+    move |s| s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
+}
+
 /// The 64-bit hash the table works with, rebuilt from 32 stored bits: the
 /// low bits pick the bucket and the top 7 the control byte, independent of
 /// each other for tables below 2^25 buckets (a larger table stays correct,
@@ -376,10 +388,7 @@ impl<K, V> Shard<K, V> {
     {
         let slab = &self.wheel.slab;
         let h32 = hash as u32;
-        let slot = self.table.find(table_hash(h32), |s| {
-            // SAFETY: table slots hold live indices (slab invariant).
-            s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
-        })?;
+        let slot = self.table.find(table_hash(h32), is_key(slab, h32, key))?;
         let deadline = slab.nodes[slot.index as usize].deadline;
         // SAFETY: as above, the slot's index is live.
         (now <= deadline).then(|| (&unsafe { slab.kv(slot.index) }.1, deadline))
@@ -448,10 +457,7 @@ impl<K, V> Shard<K, V> {
         let h32 = hash as u32;
         let (slot, _) = self
             .table
-            .find_entry(table_hash(h32), |s| {
-                // SAFETY: table slots hold live indices (slab invariant).
-                s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
-            })
+            .find_entry(table_hash(h32), is_key(slab, h32, key))
             .ok()?
             .remove();
         let e = self.wheel.release(slot.index, true);
@@ -476,10 +482,7 @@ impl<K, V> Shard<K, V> {
     {
         let slab = &self.wheel.slab;
         let h32 = hash as u32;
-        let Some(slot) = self.table.find(table_hash(h32), |s| {
-            // SAFETY: table slots hold live indices (slab invariant).
-            s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
-        }) else {
+        let Some(slot) = self.table.find(table_hash(h32), is_key(slab, h32, key)) else {
             return false;
         };
         let index = slot.index;
