@@ -118,6 +118,31 @@ impl Time {
         }
     }
 
+    /// A cheap upper bound on [`now`](Self::now): `u64::MAX` if the clock
+    /// has none.
+    #[inline]
+    fn now_at_most(&self) -> u64 {
+        match self {
+            Time::System(c) => c.now_at_most(),
+            Time::Other { .. } => u64::MAX,
+        }
+    }
+
+    /// `true` if `deadline` has not passed. Reads the exact clock only if
+    /// `bound` (from [`now_at_most`](Self::now_at_most)) cannot tell.
+    #[inline]
+    fn live(&self, bound: u64, deadline: u64) -> bool {
+        bound <= deadline || self.now_after(bound) <= deadline
+    }
+
+    #[inline]
+    fn now_after(&self, bound: u64) -> u64 {
+        match self {
+            Time::System(c) => c.now_after(bound),
+            Time::Other { .. } => self.now(),
+        }
+    }
+
     fn clock(&self) -> &dyn Clock {
         match self {
             Time::System(c) => c,
@@ -277,7 +302,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read_live(key, |value, _| value.clone())
+        self.is_live(key, V::clone)
     }
 
     /// The value for `key` and its remaining time to live, read together.
@@ -311,8 +336,27 @@ where
         let now = inner.clock.now();
         let shard = inner.shard(hash).read();
         shard
-            .get(hash, key, now)
+            .get(hash, key)
+            .filter(|&(_, deadline)| now <= deadline)
             .map(|(value, deadline)| f(value, Duration::from_nanos(deadline - now)))
+    }
+
+    /// Applies `f` to the value of the live entry for `key`, under the
+    /// shard's read lock. Unlike [`read_live`](Self::read_live) it never
+    /// needs the exact time, only whether the deadline has passed: a cheap
+    /// upper bound on the clock usually settles that (see `Time::live`).
+    #[inline]
+    fn is_live<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let bound = inner.clock.now_at_most();
+        let shard = inner.shard(hash).read();
+        let (value, deadline) = shard.get(hash, key)?;
+        inner.clock.live(bound, deadline).then(|| f(value))
     }
 
     /// `true` if `key` has a live entry.
@@ -321,7 +365,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.ttl(key).is_some()
+        self.is_live(key, |_| ()).is_some()
     }
 
     /// Removes `key`. Returns its value only if it was live; a value already

@@ -379,9 +379,10 @@ impl<K, V> Shard<K, V> {
         self.wheel.len
     }
 
-    /// The value and exact deadline of the live entry for `key` at `now`.
+    /// The value and exact deadline of the entry for `key`, live or not:
+    /// the caller compares the deadline with the time.
     #[inline]
-    pub(crate) fn get<Q>(&self, hash: u64, key: &Q, now: u64) -> Option<(&V, u64)>
+    pub(crate) fn get<Q>(&self, hash: u64, key: &Q) -> Option<(&V, u64)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -391,7 +392,7 @@ impl<K, V> Shard<K, V> {
         let slot = self.table.find(table_hash(h32), is_key(slab, h32, key))?;
         let deadline = slab.nodes[slot.index as usize].deadline;
         // SAFETY: as above, the slot's index is live.
-        (now <= deadline).then(|| (&unsafe { slab.kv(slot.index) }.1, deadline))
+        Some((&unsafe { slab.kv(slot.index) }.1, deadline))
     }
 
     /// Inserts or overwrites. `deadline > now` is the caller's duty.
