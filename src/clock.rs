@@ -97,9 +97,10 @@ pub trait Clock: Send + Sync + 'static {
 /// x86-64 Linux with the TSC as the kernel's clocksource they first try a
 /// cheap, provably safe *upper bound* on the time from an unfenced TSC read
 /// (`src/clock/tsc.rs`); only an entry within ~0.1-0.5 ms of its deadline
-/// needs the exact reading. In a loop of lookups over 10^6 entries this
-/// took a `get` from ~380 to ~190 ns, because the exact read's fence stops
-/// consecutive lookups from overlapping their cache misses.
+/// needs the exact reading. The exact read's fence stops consecutive
+/// lookups from overlapping their cache misses: over 10^6 entries a `get`
+/// went from 435 to 320 ns in the compare bench (377 to ~190 ns in a bare
+/// loop); BENCHMARKS.md has the runs.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     #[cfg(target_os = "linux")]

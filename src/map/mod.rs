@@ -132,15 +132,11 @@ impl Time {
     /// `bound` (from [`now_at_most`](Self::now_at_most)) cannot tell.
     #[inline]
     fn live(&self, bound: u64, deadline: u64) -> bool {
-        bound <= deadline || self.now_after(bound) <= deadline
-    }
-
-    #[inline]
-    fn now_after(&self, bound: u64) -> u64 {
-        match self {
-            Time::System(c) => c.now_after(bound),
-            Time::Other { .. } => self.now(),
-        }
+        bound <= deadline
+            || match self {
+                Time::System(c) => c.now_after(bound) <= deadline,
+                Time::Other { .. } => self.now() <= deadline,
+            }
     }
 
     fn clock(&self) -> &dyn Clock {
