@@ -130,20 +130,20 @@
 //!
 //! An entry lives in one slab node of its shard, which is also its timer
 //! wheel node: key, value, exact deadline, 32 hash bits and two `u32` links,
-//! nothing else. The hash table stores only the node's `u32` index and the
-//! same 32 hash bits (so growing the table never touches the slab):
+//! nothing else. The hash table (linear probing, at most 3/4 full) stores
+//! only the node's `u32` index and the same 32 hash bits, so growing it never
+//! touches the slab:
 //!
 //! ```text
 //! node  = size_of::<(K, V)>() + 20 bytes, rounded up to K's and V's alignment
 //!         (deadline 8, hash 4, prev 4, next 4)
-//! table = 9 bytes per bucket (index + hash + control byte), 1.14 to 2.3
-//!         buckets per entry
-//! bytes/entry ~= node * slab_slack (1.0..2.0) + 10.3..20.6 (+ 4 per freed node)
+//! table = 8 bytes per slot (index + hash), 1.33 to 2.67 slots per entry
+//! bytes/entry ~= node * slab_slack (1.0..2.0) + 10.7..21.3 (+ 4 per freed node)
 //! ```
 //!
 //! For `u64 -> u64` a node is 40 bytes. Measured for `ExpireMap<u64, u64>`
 //! with 10^6 entries (counting allocator,
-//! `cargo run --release --example memory`): **60.8 bytes per entry**. The
+//! `cargo run --release --example memory`): **58.7 bytes per entry**. The
 //! event ring costs nothing until the first `subscribe`.
 //!
 //! # User code and locks

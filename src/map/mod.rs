@@ -22,6 +22,7 @@ mod builder;
 mod event;
 mod evictor;
 mod shard;
+mod table;
 
 pub use builder::{
     BuildError, Builder, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
@@ -490,8 +491,8 @@ where
 {
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Shard<K, V>> {
-        // Bits 40.. pick the shard: hashbrown uses the low bits for the
-        // bucket and the top 7 for its control bytes.
+        // Bits 40.. pick the shard; the shard's table works from the low 32
+        // bits, so the two choices are independent.
         let i = (hash >> 40) as usize & (self.shards.len() - 1);
         &self.shards[i]
     }

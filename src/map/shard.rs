@@ -7,9 +7,9 @@
 //!   `RwLock`; the shard knows nothing of locks, threads or events.
 //! * One allocation per entry serves both the table and the expiry index: the
 //!   entry lives in the wheel's slab node (with the timer links), and the
-//!   table stores only a [`Slot`]: the node's `u32` index and 32 bits of the
-//!   key's hash. Growing the table and rejecting hash mismatches never touch
-//!   the slab.
+//!   [`Table`] stores only the node's `u32` index and 32 bits of the key's
+//!   hash. Growing the table and rejecting hash mismatches never touch the
+//!   slab; a hit reads one table slot and one node.
 //! * The hash is computed by the caller before the lock is taken and stored
 //!   in the entry, so resizing and eviction never run user `Hash` code. `Eq`
 //!   runs inside lookups (inherent to a hash table); it only reads.
@@ -23,8 +23,8 @@
 //!   early and at most one tick (less than one precision) late. Reads compare
 //!   the exact deadline.
 
+use super::table::{Probe, Table};
 use crate::timer::{Links, Lists, NIL};
-use hashbrown::{HashTable, hash_table};
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
 
@@ -165,33 +165,16 @@ pub(crate) struct Removed<K, V> {
     pub(crate) door: Door,
 }
 
-/// A table entry: where the entry lives, and the low 32 bits of its hash.
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    index: u32,
-    hash: u32,
-}
-
-/// The table-probe predicate for `key` (whose hash has low bits `h32`):
-/// the stored hash bits first, then user `Eq` on the stored key.
+/// The table-probe predicate for `key`: user `Eq` on the stored key of a
+/// slot whose hash bits already matched.
 #[inline]
-fn is_key<'a, K, V, Q>(slab: &'a Slab<K, V>, h32: u32, key: &'a Q) -> impl Fn(&Slot) -> bool + 'a
+fn is_key<'a, K, V, Q>(slab: &'a Slab<K, V>, key: &'a Q) -> impl Fn(u32) -> bool + 'a
 where
     K: Borrow<Q>,
     Q: Eq + ?Sized,
 {
     // SAFETY: table slots hold live indices (slab invariant).
-    move |s| s.hash == h32 && unsafe { slab.kv(s.index) }.0.borrow() == key
-}
-
-/// The 64-bit hash the table works with, rebuilt from 32 stored bits: the
-/// low bits pick the bucket and the top 7 the control byte, independent of
-/// each other for tables below 2^25 buckets (a larger table stays correct,
-/// with more control-byte false positives).
-#[inline]
-fn table_hash(h32: u32) -> u64 {
-    let h = u64::from(h32);
-    h | (h << 32)
+    move |index| unsafe { slab.kv(index) }.0.borrow() == key
 }
 
 /// The phase of shard `index` of `shards` (a power of two), in whole ticks.
@@ -330,7 +313,7 @@ impl<K, V> Drop for Wheel<K, V> {
 /// A hash table of slab indices plus a timer wheel whose nodes are the
 /// entries. See [`Wheel`] for the slab invariant.
 pub(crate) struct Shard<K, V> {
-    table: HashTable<Slot>,
+    table: Table,
     wheel: Wheel<K, V>,
 }
 
@@ -347,7 +330,7 @@ impl<K, V> Shard<K, V> {
             phase,
         };
         Self {
-            table: HashTable::new(),
+            table: Table::new(),
             wheel: Wheel {
                 lists: Lists::new(slab.tick_of(now)),
                 slab,
@@ -388,11 +371,10 @@ impl<K, V> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let slab = &self.wheel.slab;
-        let h32 = hash as u32;
-        let slot = self.table.find(table_hash(h32), is_key(slab, h32, key))?;
-        let deadline = slab.nodes[slot.index as usize].deadline;
-        // SAFETY: as above, the slot's index is live.
-        Some((&unsafe { slab.kv(slot.index) }.1, deadline))
+        let index = self.table.find(hash as u32, is_key(slab, key))?;
+        let deadline = slab.nodes[index as usize].deadline;
+        // SAFETY: the table holds only live indices (slab invariant).
+        Some((&unsafe { slab.kv(index) }.1, deadline))
     }
 
     /// Inserts or overwrites. `deadline > now` is the caller's duty.
@@ -408,18 +390,13 @@ impl<K, V> Shard<K, V> {
         K: Eq,
     {
         let slab = &self.wheel.slab;
-        // One probe serves both outcomes. Growing the table rehashes from the
-        // stored 32 bits: no user code, no slab access.
+        // One probe serves both outcomes. Growing the table re-places slots
+        // from their stored 32 bits: no user code, no slab access.
         let h32 = hash as u32;
-        let entry = self.table.entry(
-            table_hash(h32),
-            // SAFETY: table slots hold live indices (slab invariant).
-            |s| s.hash == h32 && unsafe { slab.kv(s.index) }.0 == key,
-            |s| table_hash(s.hash),
-        );
-        match entry {
-            hash_table::Entry::Occupied(o) => {
-                let index = o.get().index;
+        // SAFETY: table slots hold live indices (slab invariant).
+        let is_key = |index| unsafe { slab.kv(index) }.0 == key;
+        match self.table.probe(h32, is_key) {
+            Probe::Found(index) => {
                 let node = &mut self.wheel.slab.nodes[index as usize];
                 let old_deadline = node.deadline;
                 let door = if now <= old_deadline {
@@ -439,9 +416,9 @@ impl<K, V> Shard<K, V> {
                     door,
                 })
             }
-            hash_table::Entry::Vacant(v) => {
+            Probe::Vacant(at) => {
                 let index = self.wheel.alloc(key, value, deadline, h32);
-                v.insert(Slot { index, hash: h32 });
+                self.table.fill(at, h32, index);
                 PutOutcome::Inserted
             }
         }
@@ -455,13 +432,8 @@ impl<K, V> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let slab = &self.wheel.slab;
-        let h32 = hash as u32;
-        let (slot, _) = self
-            .table
-            .find_entry(table_hash(h32), is_key(slab, h32, key))
-            .ok()?
-            .remove();
-        let e = self.wheel.release(slot.index, true);
+        let index = self.table.remove(hash as u32, is_key(slab, key))?;
+        let e = self.wheel.release(index, true);
         let door = if now <= e.deadline {
             Door::Removed
         } else {
@@ -482,11 +454,9 @@ impl<K, V> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let slab = &self.wheel.slab;
-        let h32 = hash as u32;
-        let Some(slot) = self.table.find(table_hash(h32), is_key(slab, h32, key)) else {
+        let Some(index) = self.table.find(hash as u32, is_key(slab, key)) else {
             return false;
         };
-        let index = slot.index;
         if now > slab.nodes[index as usize].deadline {
             return false;
         }
@@ -517,9 +487,8 @@ impl<K, V> Shard<K, V> {
             debug_assert!(e.deadline < now);
             let h32 = wheel.slab.nodes[index as usize].hash;
             self.table
-                .find_entry(table_hash(h32), |s| s.index == index)
-                .expect("entry missing from table")
-                .remove();
+                .remove(h32, |i| i == index)
+                .expect("entry missing from table");
             out.push(Removed {
                 key: e.key,
                 value: e.value,
@@ -545,7 +514,7 @@ impl<K, V> Shard<K, V> {
     /// Drains every entry (for `clear` and shutdown), without the lock. If
     /// `f` panics, dropping the shard drops the entries not yet drained.
     pub(crate) fn drain(mut self, mut f: impl FnMut(Entry<K, V>)) {
-        self.table.clear();
+        self.table = Table::new();
         self.wheel.lists.all_due(&mut self.wheel.slab);
         while let Some((_, e)) = self.wheel.pop_due() {
             f(e);
@@ -567,6 +536,7 @@ impl<K, V> Shard<K, V> {
         });
         assert_eq!(count, w.len, "len mismatch");
         assert_eq!(self.table.len(), w.len, "table and wheel sizes differ");
+        self.table.validate();
         let mut free = vec![false; n];
         for &f in &w.free {
             assert!(!live[f as usize], "free stack holds live node {f}");
@@ -574,9 +544,9 @@ impl<K, V> Shard<K, V> {
             free[f as usize] = true;
         }
         assert_eq!(w.free.len() + w.len, n, "nodes neither live nor free");
-        for s in self.table.iter() {
-            assert!(live[s.index as usize], "table points at vacant {}", s.index);
-            assert_eq!(s.hash, w.slab.nodes[s.index as usize].hash, "hash mismatch");
+        for (hash, index) in self.table.iter() {
+            assert!(live[index as usize], "table points at vacant {index}");
+            assert_eq!(hash, w.slab.nodes[index as usize].hash, "hash mismatch");
         }
     }
 }
