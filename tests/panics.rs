@@ -125,6 +125,17 @@ fn panicking_drop_does_not_kill_the_eviction_thread() {
         MS,
     );
     clock.advance(3 * MS); // the thread evicts and drops the bomb
+    // Wait for that eviction: otherwise one pass may take both entries, and
+    // the second value (in another shard) can be dropped before the first
+    // shard is visited, which makes the `len` check below racy.
+    let start = std::time::Instant::now();
+    while !map.is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "first entry never evicted"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     map.put(
         2,
         Arc::new(Bomb {
