@@ -99,8 +99,9 @@ pub trait Clock: Send + Sync + 'static {
 /// (`src/clock/tsc.rs`); only an entry within ~0.1-0.5 ms of its deadline
 /// needs the exact reading. The exact read's fence stops consecutive
 /// lookups from overlapping their cache misses: over 10^6 entries a `get`
-/// went from 435 to 320 ns in the compare bench (377 to ~190 ns in a bare
-/// loop); BENCHMARKS.md has the runs.
+/// went from 435 to 320 ns in the compare bench when the bound came in (377
+/// to ~190 ns in a bare loop), and is ~200 ns since the bound's arithmetic
+/// became one 64-bit multiply; BENCHMARKS.md has the runs.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     #[cfg(target_os = "linux")]
@@ -125,8 +126,8 @@ impl SystemClock {
     /// A cheap upper bound on [`now`](Clock::now), or `u64::MAX` when there
     /// is none (yet). A lookup that only needs to know whether a deadline has
     /// passed reads this first: `bound <= deadline` proves the entry live
-    /// without the exact clock read (fenced; ~190 ns per lookup in a loop
-    /// of lookups, see `clock/tsc.rs`).
+    /// without the exact clock read (fenced, which in a loop of lookups
+    /// costs far more than its own 36 ns; see `clock/tsc.rs`).
     #[inline]
     pub(crate) fn now_at_most(&self) -> u64 {
         tsc::bound(self)

@@ -6,7 +6,8 @@
 //! loop of lookups over a large map: the vDSO orders its TSC read with a
 //! fence that waits for every earlier load, so consecutive lookups can no
 //! longer overlap their cache misses. A plain `rdtsc` is not ordered and
-//! costs nothing measurable there. It cannot give the exact time, but it can
+//! costs little there, provided the arithmetic on its value stays cheap
+//! (see [`FRAC`]). It cannot give the exact time, but it can
 //! give a bound `U >= now`; if `U <= deadline` the entry is live, which is all
 //! `get` needs to know. Otherwise the caller reads the exact clock.
 //!
