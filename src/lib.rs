@@ -166,6 +166,11 @@
 //! eviction thread is caught; the thread carries on.
 //! [`Builder::build`] panics on invalid settings ([`Builder::try_build`]
 //! returns the error instead).
+//!
+//! One capacity limit: a shard holds at most 2^32 − 2 entries (its entries
+//! are addressed by `u32`), and a `put` past that panics, as `Vec` does on
+//! capacity overflow. For `u64 -> u64` that is over 170 GB in one shard;
+//! more [shards](Builder::shards) raise the limit.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
