@@ -321,21 +321,16 @@ where
     }
 
     /// Applies `f` to the value of the live entry for `key` and its time
-    /// left, under the shard's read lock.
+    /// left, under the shard's read lock. Reads the exact time.
     #[inline]
     fn read_live<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Duration) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
-        let now = inner.clock.now();
-        let shard = inner.shard(hash).read();
-        shard
-            .get(hash, key)
-            .filter(|&(_, deadline)| now <= deadline)
-            .map(|(value, deadline)| f(value, Duration::from_nanos(deadline - now)))
+        self.lookup(key, Time::now, |_, now, value, deadline| {
+            (now <= deadline).then(|| f(value, Duration::from_nanos(deadline - now)))
+        })
     }
 
     /// Applies `f` to the value of the live entry for `key`, under the
@@ -348,12 +343,32 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.lookup(key, Time::now_at_most, |clock, bound, value, deadline| {
+            clock.live(bound, deadline).then(|| f(value))
+        })
+    }
+
+    /// The shared shape of the reads: hash `key`, read the time with `time`
+    /// (before the lock, so the clock costs no lock hold), then, under the
+    /// shard's read lock, pass the clock, that time, and the entry's value
+    /// and deadline (live or not) to `f`.
+    #[inline]
+    fn lookup<Q, T, R>(
+        &self,
+        key: &Q,
+        time: impl FnOnce(&Time) -> T,
+        f: impl FnOnce(&Time, T, &V, u64) -> Option<R>,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let bound = inner.clock.now_at_most();
+        let t = time(&inner.clock);
         let shard = inner.shard(hash).read();
         let (value, deadline) = shard.get(hash, key)?;
-        inner.clock.live(bound, deadline).then(|| f(value))
+        f(&inner.clock, t, value, deadline)
     }
 
     /// `true` if `key` has a live entry.
