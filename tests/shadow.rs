@@ -47,10 +47,54 @@ fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
 }
 
 fn single_threaded(seed: u64, ops: usize) {
+    single_threaded_with(seed, ops, ahash::RandomState::new());
+}
+
+/// A hasher whose hashes share few values in their low 32 bits (the bits a
+/// shard's table works from) while the bits that pick the shard vary: long
+/// probe clusters, wrap-around and backward-shift deletion on every path
+/// (put, overwrite, remove, touch, eviction).
+#[derive(Clone, Copy)]
+struct Colliding {
+    /// Distinct low-32-bit values.
+    low: u64,
+}
+
+impl std::hash::BuildHasher for Colliding {
+    type Hasher = CollidingHasher;
+    fn build_hasher(&self) -> CollidingHasher {
+        CollidingHasher {
+            low: self.low,
+            h: 0,
+        }
+    }
+}
+
+struct CollidingHasher {
+    low: u64,
+    h: u64,
+}
+
+impl std::hash::Hasher for CollidingHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.h = (self.h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        (self.h & !0xFFFF_FFFF) | (self.h % self.low)
+    }
+}
+
+fn single_threaded_with<S>(seed: u64, ops: usize, hasher: S)
+where
+    S: std::hash::BuildHasher + Send + Sync + 'static,
+{
     println!("shadow single-threaded: seed={seed} ops={ops} (rerun with EXPIREMAP_SEED={seed})");
     let mut rng = Rng(seed);
     let clock = ManualClock::starting_at(rng.below(1 << 40));
     let map = ExpireMap::<u64, u64>::builder()
+        .hasher(hasher)
         .clock(clock.clone())
         .background_eviction(false)
         .publish_removals(true)
@@ -275,6 +319,20 @@ fn shadow_single_threaded_one_million_ops() {
     // one million operations in all.
     for i in 0..4 {
         single_threaded(base.wrapping_add(i), scaled(250_000));
+    }
+}
+
+/// The same exact model with hashes that collide in the bits the shard
+/// tables use: 1, 3 and 16 distinct values.
+#[test]
+fn shadow_single_threaded_colliding_hashes() {
+    let base = seed(0x0BAD_5EED);
+    for (i, low) in [1, 3, 16].into_iter().enumerate() {
+        single_threaded_with(
+            base.wrapping_add(i as u64),
+            scaled(50_000),
+            Colliding { low },
+        );
     }
 }
 
