@@ -1,0 +1,78 @@
+//! Bytes per entry stay within the documented bound at sizes that are
+//! unlucky for doubling growth (counting global allocator; one test in this
+//! binary, so nothing else allocates while it counts).
+
+use expiremap::ExpireMap;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; it only
+// counts the bytes requested and released.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Bytes allocated by an 8-shard `ExpireMap<u64, u64>` holding `n` entries.
+fn bytes_for(n: u64) -> f64 {
+    let before = LIVE.load(Ordering::SeqCst);
+    let map = ExpireMap::<u64, u64>::builder()
+        .shards(8)
+        .background_eviction(false)
+        .build();
+    for k in 0..n {
+        map.put(k, k, Duration::from_secs(3_600));
+    }
+    let bytes = LIVE.load(Ordering::SeqCst) - before;
+    drop(map);
+    bytes as f64
+}
+
+/// The crate docs' formula for `u64 -> u64`: 40-byte nodes plus at most one
+/// partly used chunk of 4,096 nodes per shard, and a table of 8-byte slots
+/// at least 3/8 full. Sizes are chosen just past a power of two per shard,
+/// where a doubling slab (the old layout) held nearly twice what it used:
+/// 33,000 entries per shard took ~95 bytes per entry then.
+#[test]
+fn bytes_per_entry_stay_within_the_documented_bound() {
+    const SHARDS: f64 = 8.0;
+    for n in [8 * 33_000, 8 * 70_000] {
+        let bytes = bytes_for(n);
+        let n = n as f64;
+        let nodes = 40.0 * n + SHARDS * 4_096.0 * 40.0;
+        let table = 8.0 * n * 8.0 / 3.0;
+        let fixed = 64.0 * 1024.0; // lists, locks, the shard array
+        let bound = nodes + table + fixed;
+        println!(
+            "{n} entries: {:.1} bytes/entry (bound {:.1})",
+            bytes / n,
+            bound / n
+        );
+        assert!(
+            bytes <= bound,
+            "{n} entries: {bytes} bytes, above the bound {bound}"
+        );
+        // And well under what the doubling layout took at these sizes.
+        assert!(bytes / n < 70.0, "{:.1} bytes/entry", bytes / n);
+    }
+}
