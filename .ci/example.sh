@@ -5,6 +5,7 @@ for ex in examples/*.rs; do
   name=$(basename "$ex" .rs)
   case "$name" in
     shadow) step "example $name" cargo run --release --example shadow -- --keys 1000 --ops 200000 --threads 4 --max-ttl-ms 20 --seed 1 ;;
+    pauses) step "example $name" cargo run --release --example pauses -- --entries 200000 ;;
     *) step "example $name" cargo run --release --example "$name" ;;
   esac
 done
