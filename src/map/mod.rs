@@ -328,7 +328,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.lookup(key, Time::now, |_, now, value, deadline| {
+        self.lookup(key, Time::now, |now, value, deadline| {
             (now <= deadline).then(|| f(value, Duration::from_nanos(deadline - now)))
         })
     }
@@ -343,21 +343,21 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.lookup(key, Time::now_at_most, |clock, bound, value, deadline| {
-            clock.live(bound, deadline).then(|| f(value))
+        self.lookup(key, Time::now_at_most, |bound, value, deadline| {
+            self.inner.clock.live(bound, deadline).then(|| f(value))
         })
     }
 
     /// The shared shape of the reads: hash `key`, read the time with `time`
     /// (before the lock, so the clock costs no lock hold), then, under the
-    /// shard's read lock, pass the clock, that time, and the entry's value
-    /// and deadline (live or not) to `f`.
+    /// shard's read lock, pass that time and the entry's value and deadline
+    /// (live or not) to `f`.
     #[inline]
     fn lookup<Q, T, R>(
         &self,
         key: &Q,
         time: impl FnOnce(&Time) -> T,
-        f: impl FnOnce(&Time, T, &V, u64) -> Option<R>,
+        f: impl FnOnce(T, &V, u64) -> Option<R>,
     ) -> Option<R>
     where
         K: Borrow<Q>,
@@ -368,7 +368,7 @@ where
         let t = time(&inner.clock);
         let shard = inner.shard(hash).read();
         let (value, deadline) = shard.get(hash, key)?;
-        f(&inner.clock, t, value, deadline)
+        f(t, value, deadline)
     }
 
     /// `true` if `key` has a live entry.

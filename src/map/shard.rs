@@ -462,9 +462,7 @@ impl<K, V> Shard<K, V> {
         // One probe serves both outcomes. Growing the table re-places slots
         // from their stored 32 bits: no user code, no slab access.
         let h32 = hash as u32;
-        // SAFETY: table slots hold live indices (slab invariant).
-        let is_key = |index| unsafe { slab.kv(index) }.0 == key;
-        match self.table.probe(h32, is_key) {
+        match self.table.probe(h32, is_key(slab, &key)) {
             Probe::Found(index) => {
                 let node = &mut self.wheel.slab.nodes[index as usize];
                 let old_deadline = node.deadline;
