@@ -7,9 +7,10 @@
 //!   `RwLock`; the shard knows nothing of locks, threads or events.
 //! * One allocation per entry serves both the table and the expiry index: the
 //!   entry lives in the wheel's slab node (with the timer links), and the
-//!   [`Table`] stores only the node's `u32` index and 32 bits of the key's
-//!   hash. Growing the table and rejecting hash mismatches never touch the
-//!   slab; a hit reads one table slot and one node.
+//!   [`Table`] stores only a 4-byte slot: the node's index and a tag of the
+//!   key's hash. Rejecting other keys by tag never touches the slab; a hit
+//!   reads one table slot and one node. The key's 32 hash bits sit in a
+//!   parallel array of the slab, read only when the table grows or removes.
 //! * The hash is computed by the caller before the lock is taken and stored
 //!   in the entry, so resizing and eviction never run user `Hash` code. `Eq`
 //!   runs inside lookups (inherent to a hash table); it only reads.
@@ -37,9 +38,12 @@ pub(crate) struct Entry<K, V> {
 }
 
 /// One slab node: an entry and its timer links, nothing else. For
-/// `u64 -> u64` that is 40 bytes; in general `size_of::<(K, V)>() + 20`,
-/// rounded up to the alignment of `K` and `V`. The fields a read touches
-/// (key, value, deadline) come first, so they share a cache line more often.
+/// `u64 -> u64` that is 32 bytes, half a cache line, so a read never
+/// straddles two lines; in general `size_of::<(K, V)>() + 16`, rounded up
+/// to the alignment of `K` and `V`. The key's 32 hash bits, which only
+/// removal by index and table growth need, sit in a parallel array of
+/// [`Nodes`] instead: in the node they took 8 bytes (with padding) and made
+/// most nodes straddle two lines.
 #[repr(C)]
 struct Node<K, V> {
     /// Initialised exactly while the node is linked in the wheel's lists
@@ -47,15 +51,13 @@ struct Node<K, V> {
     kv: MaybeUninit<(K, V)>,
     /// Exact deadline in clock nanoseconds; visible while `now <= deadline`.
     deadline: u64,
-    /// The low 32 bits of the key's hash, to find the table slot on removal.
-    hash: u32,
     prev: u32,
     next: u32,
 }
 
 /// Bits of a node index that give its place inside a chunk of [`Nodes`].
 const CHUNK_BITS: u32 = 12;
-/// Nodes per chunk (160 KiB of `u64 -> u64` nodes).
+/// Nodes per chunk (128 KiB of `u64 -> u64` nodes).
 const CHUNK: usize = 1 << CHUNK_BITS;
 
 /// The slab's storage: chunks of [`CHUNK`] nodes that never move once
@@ -65,8 +67,12 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 /// the shard lock, and the slack is at most one partly used chunk per shard
 /// instead of up to half the allocation (10^6 entries happened to fill
 /// their `Vec`s; 1.1 × 10^6 took 91.5 bytes per entry).
+///
+/// Beside each chunk of nodes is a chunk of their keys' 32 hash bits
+/// (`hashes`, same shape), kept for vacant nodes too.
 struct Nodes<K, V> {
     chunks: Vec<Vec<Node<K, V>>>,
+    hashes: Vec<Vec<u32>>,
     len: usize,
 }
 
@@ -74,8 +80,22 @@ impl<K, V> Nodes<K, V> {
     fn new() -> Self {
         Self {
             chunks: Vec::new(),
+            hashes: Vec::new(),
             len: 0,
         }
+    }
+
+    /// The 32 hash bits stored with node `index`.
+    #[inline]
+    fn hash(&self, index: u32) -> u32 {
+        let index = index as usize;
+        self.hashes[index >> CHUNK_BITS][index & (CHUNK - 1)]
+    }
+
+    #[inline]
+    fn set_hash(&mut self, index: u32, h32: u32) {
+        let index = index as usize;
+        self.hashes[index >> CHUNK_BITS][index & (CHUNK - 1)] = h32;
     }
 
     /// Nodes ever pushed (live and vacant).
@@ -84,17 +104,16 @@ impl<K, V> Nodes<K, V> {
         self.len
     }
 
-    /// Appends a node; its index is the old `len()`.
-    fn push(&mut self, node: Node<K, V>) {
+    /// Appends a node with hash bits `h32`; its index is the old `len()`.
+    fn push(&mut self, node: Node<K, V>, h32: u32) {
         let chunk = self.len >> CHUNK_BITS;
         if chunk == self.chunks.len() {
-            self.chunks.push(if chunk == 0 {
-                Vec::new()
-            } else {
-                Vec::with_capacity(CHUNK)
-            });
+            let cap = if chunk == 0 { 0 } else { CHUNK };
+            self.chunks.push(Vec::with_capacity(cap));
+            self.hashes.push(Vec::with_capacity(cap));
         }
         self.chunks[chunk].push(node);
+        self.hashes[chunk].push(h32);
         self.len += 1;
     }
 
@@ -246,6 +265,12 @@ where
     move |index| unsafe { slab.kv(index) }.0.borrow() == key
 }
 
+/// The stored hash bits of a slab index, for the table to re-place slots.
+#[inline]
+fn hash_of<K, V>(slab: &Slab<K, V>) -> impl Fn(u32) -> u32 + '_ {
+    |index| slab.nodes.hash(index)
+}
+
 /// The phase of shard `index` of `shards` (a power of two), in whole ticks.
 ///
 /// Every entry is re-placed once by a cascade when time enters its level-1
@@ -303,20 +328,20 @@ impl<K, V> Wheel<K, V> {
         let node = Node {
             kv: MaybeUninit::new((key, value)),
             deadline,
-            hash: h32,
             prev: NIL,
             next: NIL,
         };
         let index = if let Some(index) = self.free.pop() {
             // Overwriting a vacant node drops nothing: `kv` is MaybeUninit.
             self.slab.nodes[index as usize] = node;
+            self.slab.nodes.set_hash(index, h32);
             index
         } else {
             let index = u32::try_from(self.slab.nodes.len())
                 .ok()
                 .filter(|&i| i != NIL)
                 .expect("expiremap: more than u32::MAX - 1 entries in one shard");
-            self.slab.nodes.push(node);
+            self.slab.nodes.push(node, h32);
             index
         };
         let tick = self.slab.tick_for(deadline);
@@ -460,9 +485,14 @@ impl<K, V> Shard<K, V> {
     {
         let slab = &self.wheel.slab;
         // One probe serves both outcomes. Growing the table re-places slots
-        // from their stored 32 bits: no user code, no slab access.
+        // from the stored hash bits: no user code.
         let h32 = hash as u32;
-        match self.table.probe(h32, is_key(slab, &key)) {
+        // The index `alloc` would use; past `NIL - 1` it panics itself.
+        let max_index = slab.nodes.len().min(NIL as usize - 1) as u32;
+        match self
+            .table
+            .probe(h32, is_key(slab, &key), max_index, hash_of(slab))
+        {
             Probe::Found(index) => {
                 let node = &mut self.wheel.slab.nodes[index as usize];
                 let old_deadline = node.deadline;
@@ -499,7 +529,9 @@ impl<K, V> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         let slab = &self.wheel.slab;
-        let index = self.table.remove(hash as u32, is_key(slab, key))?;
+        let index = self
+            .table
+            .remove(hash as u32, is_key(slab, key), hash_of(slab))?;
         let e = self.wheel.release(index, true);
         let door = if now <= e.deadline {
             Door::Removed
@@ -552,9 +584,9 @@ impl<K, V> Shard<K, V> {
             // now >> shift > deadline >> shift, so a fired timer is always
             // past its deadline.
             debug_assert!(e.deadline < now);
-            let h32 = wheel.slab.nodes[index as usize].hash;
+            let h32 = wheel.slab.nodes.hash(index);
             self.table
-                .remove(h32, |i| i == index)
+                .remove(h32, |i| i == index, hash_of(&wheel.slab))
                 .expect("entry missing from table");
             out.push(Removed {
                 key: e.key,
@@ -603,7 +635,7 @@ impl<K, V> Shard<K, V> {
         });
         assert_eq!(count, w.len, "len mismatch");
         assert_eq!(self.table.len(), w.len, "table and wheel sizes differ");
-        self.table.validate();
+        self.table.validate(hash_of(&w.slab));
         let mut free = vec![false; n];
         for &f in &w.free {
             assert!(!live[f as usize], "free stack holds live node {f}");
@@ -611,9 +643,8 @@ impl<K, V> Shard<K, V> {
             free[f as usize] = true;
         }
         assert_eq!(w.free.len() + w.len, n, "nodes neither live nor free");
-        for (hash, index) in self.table.iter() {
+        for index in self.table.iter() {
             assert!(live[index as usize], "table points at vacant {index}");
-            assert_eq!(hash, w.slab.nodes[index as usize].hash, "hash mismatch");
         }
     }
 }

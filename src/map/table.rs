@@ -1,54 +1,64 @@
-//! The shard's hash table: open addressing with linear probing over 8-byte
-//! slots that hold 32 bits of the key's hash and the entry's slab index.
+//! The shard's hash table: open addressing with linear probing over 4-byte
+//! slots that each hold an entry's slab index and a few bits of its key's
+//! hash (a *tag*).
 //!
 //! # Why not `hashbrown::HashTable`
 //!
 //! A hit in a SwissTable loads the control-byte group, then the slot: two
 //! dependent cache misses before the shard even reaches the slab node that
 //! holds the key and value (a third). Here the slot *is* the first load: the
-//! stored hash bits reject almost every other key (a false match needs equal
-//! 32-bit hashes), so a hit is one slot line and one node, the same two
-//! misses as a plain `HashMap<u64, u64>` hit. The control bytes were also a
-//! byte per bucket more than this table stores.
+//! tag rejects almost every other key, so a hit is one slot and one node,
+//! the same two loads as a plain `HashMap<u64, u64>` hit. At 4 bytes a slot
+//! the whole table is the size of an index array: 8.4 bytes per entry at
+//! 10^6 entries, where 8-byte `(hash32, index)` slots took 16.8 and made a
+//! hit's first load miss the last-level cache twice as often.
+//!
+//! # Slots
+//!
+//! The low `b` bits of a slot are the slab index; the rest are the tag, the
+//! top `32 - b` bits of a second multiplicative hash of the key's 32 hash
+//! bits. `b` starts at [`MIN_INDEX_BITS`] and grows by one whenever the slab
+//! outgrows it ([`Table::probe`] is told the slab's length), which is cheap:
+//! the tag simply loses its lowest bit. A large shard therefore has a short
+//! tag (at 2^28 entries, 4 bits): more slots pass the tag and reach `eq`, but
+//! lookups stay correct at every size. An empty slot is all ones, which no
+//! held slot can be (its index would be the reserved all-ones index).
 //!
 //! # Ground rules
 //!
 //! * No `unsafe` and no user code: the table sees only `u32`s. Key equality is
-//!   the caller's closure over the slab index, run only for slots whose hash
-//!   bits match.
-//! * The home slot is a Fibonacci hash of the stored 32 bits (multiply, keep
-//!   the top bits), so growing never needs the key, and a hasher with weak
-//!   low bits still spreads over the table.
+//!   the caller's closure over the slab index, run only for slots whose tag
+//!   matches. The key's 32 hash bits live with the slab node; growth and
+//!   removal ask the caller's `hash_of(index)` for them, never the key.
+//! * The home slot is a Fibonacci hash of the 32 bits (multiply, keep the
+//!   top bits), so a hasher with weak low bits still spreads over the table.
 //! * At most 3/4 full (from 8 slots up to 2^32), so every probe meets an
-//!   empty slot and ends. Removal shifts later members of the cluster back instead of
-//!   leaving tombstones (Knuth's Algorithm R), so lookups never slow down
-//!   after many removals and the table never needs a rehash in place.
+//!   empty slot and ends. Removal shifts later members of the cluster back
+//!   instead of leaving tombstones (Knuth's Algorithm R), so lookups never
+//!   slow down after many removals and the table never needs a rehash in
+//!   place.
 
-use crate::timer::NIL;
+/// An empty slot.
+const EMPTY: u32 = u32::MAX;
 
-/// A slot: the low 32 bits of the key's hash and the entry's slab index.
-/// Empty when `index == NIL`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Slot {
-    hash: u32,
-    index: u32,
-}
-
-const EMPTY: Slot = Slot {
-    hash: 0,
-    index: NIL,
-};
-
-/// 2^32 / φ, odd: Knuth's multiplicative hashing constant.
+/// 2^32 / φ, odd: Knuth's multiplicative hashing constant, for the home slot.
 const GOLDEN: u32 = 0x9E37_79B9;
+
+/// An odd constant for the tag's hash, unrelated to [`GOLDEN`] (a murmur3
+/// finaliser constant), so keys sharing a home do not share a tag more often
+/// than chance.
+const TAG_MUL: u32 = 0x85EB_CA6B;
+
+/// Index bits of a new table: 4,094 slab indices before the first widening.
+const MIN_INDEX_BITS: u32 = 12;
 
 /// Smallest non-empty table, in slots.
 const MIN_SLOTS: usize = 8;
 
 /// Largest table, in slots: the home slot is a 32-bit value. A shard's slab
-/// holds fewer than 2^32 entries (its indices are `u32`, `NIL` excluded), so
-/// a full-size table always keeps an empty slot and every probe still ends;
-/// it is simply allowed to fill past 3/4.
+/// holds fewer than 2^32 entries (its indices are `u32`, all-ones excluded),
+/// so a full-size table always keeps an empty slot and every probe still
+/// ends; it is simply allowed to fill past 3/4.
 const MAX_SLOTS: u64 = 1 << 32;
 
 /// Where [`Table::probe`] stopped.
@@ -59,13 +69,15 @@ pub(crate) enum Probe {
     Vacant(usize),
 }
 
-/// A linear-probing table of `(hash32, slab index)` slots.
+/// A linear-probing table of `tag | slab index` slots.
 #[derive(Debug)]
 pub(crate) struct Table {
     /// A power of two in length (or empty).
-    slots: Box<[Slot]>,
+    slots: Box<[u32]>,
     /// `32 - log2(slots.len())`: the home slot is the top bits of the product.
     shift: u32,
+    /// The index bits of a slot (`2^b - 1`); the other bits are the tag.
+    index_mask: u32,
     len: usize,
 }
 
@@ -74,6 +86,7 @@ impl Table {
         Self {
             slots: Box::new([]),
             shift: 32,
+            index_mask: (1 << MIN_INDEX_BITS) - 1,
             len: 0,
         }
     }
@@ -90,6 +103,12 @@ impl Table {
         (h32.wrapping_mul(GOLDEN) >> self.shift) as usize
     }
 
+    /// The tag bits of hash bits `h32`, in place (index bits zero).
+    #[inline]
+    fn tag(&self, h32: u32) -> u32 {
+        (h32 ^ (h32 >> 16)).wrapping_mul(TAG_MUL) & !self.index_mask
+    }
+
     #[inline]
     fn mask(&self) -> usize {
         self.slots.len() - 1
@@ -102,14 +121,14 @@ impl Table {
         if self.len == 0 {
             return None;
         }
-        let mask = self.mask();
+        let (mask, index_mask, tag) = (self.mask(), self.index_mask, self.tag(h32));
         let mut i = self.home(h32);
         loop {
             let s = self.slots[i];
-            if s.index == NIL {
+            if s == EMPTY {
                 return None;
             }
-            if s.hash == h32 && eq(s.index) {
+            if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
                 return Some(i);
             }
             i = (i + 1) & mask;
@@ -119,65 +138,87 @@ impl Table {
     /// The slab index held for hash bits `h32` that satisfies `eq`.
     #[inline]
     pub(crate) fn find(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        self.position(h32, eq).map(|i| self.slots[i].index)
+        self.position(h32, eq)
+            .map(|i| self.slots[i] & self.index_mask)
     }
 
-    /// Finds the index for `h32`/`eq`, or makes room for one more slot and
-    /// returns where it goes. If `eq` panics, the table is unchanged apart
-    /// from possibly having grown.
+    /// Finds the index for `h32`/`eq`, or makes room for one more slot that
+    /// may hold any index up to `max_index`, and returns where it goes.
+    /// `hash_of(i)` gives the hash bits of every held index `i` (to re-place
+    /// slots when the table grows). If `eq` panics, the table is unchanged
+    /// apart from possibly having grown.
+    ///
+    /// # Panics
+    ///
+    /// If `max_index` is `u32::MAX` (reserved).
     #[inline]
-    pub(crate) fn probe(&mut self, h32: u32, mut eq: impl FnMut(u32) -> bool) -> Probe {
-        if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.grow();
+    pub(crate) fn probe(
+        &mut self,
+        h32: u32,
+        mut eq: impl FnMut(u32) -> bool,
+        max_index: u32,
+        hash_of: impl Fn(u32) -> u32,
+    ) -> Probe {
+        if max_index >= self.index_mask {
+            self.widen(max_index);
         }
-        let mask = self.mask();
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            self.grow(hash_of);
+        }
+        let (mask, index_mask, tag) = (self.mask(), self.index_mask, self.tag(h32));
         let mut i = self.home(h32);
         loop {
             let s = self.slots[i];
-            if s.index == NIL {
+            if s == EMPTY {
                 return Probe::Vacant(i);
             }
-            if s.hash == h32 && eq(s.index) {
-                return Probe::Found(s.index);
+            if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
+                return Probe::Found(s & index_mask);
             }
             i = (i + 1) & mask;
         }
     }
 
-    /// Stores `index` in the vacant slot `at` that [`probe`](Self::probe)
-    /// just returned for `h32` (no change to the table in between).
+    /// Stores `index` (at most the `max_index` given to the probe) in the
+    /// vacant slot `at` that [`probe`](Self::probe) just returned for `h32`
+    /// (no change to the table in between).
     #[inline]
     pub(crate) fn fill(&mut self, at: usize, h32: u32, index: u32) {
         debug_assert_eq!(self.slots[at], EMPTY);
-        debug_assert_ne!(index, NIL);
-        self.slots[at] = Slot { hash: h32, index };
+        debug_assert!(index < self.index_mask);
+        self.slots[at] = self.tag(h32) | index;
         self.len += 1;
     }
 
     /// Removes the slot for `h32` whose index satisfies `eq`, returning the
-    /// index.
+    /// index. `hash_of` as for [`probe`](Self::probe).
     #[inline]
-    pub(crate) fn remove(&mut self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+    pub(crate) fn remove(
+        &mut self,
+        h32: u32,
+        eq: impl FnMut(u32) -> bool,
+        hash_of: impl Fn(u32) -> u32,
+    ) -> Option<u32> {
         let at = self.position(h32, eq)?;
-        let index = self.slots[at].index;
-        self.remove_at(at);
+        let index = self.slots[at] & self.index_mask;
+        self.remove_at(at, hash_of);
         Some(index)
     }
 
     /// Empties slot `hole` and shifts back the later members of its cluster
     /// whose probe passed over it, so no lookup ever stops early.
-    fn remove_at(&mut self, mut hole: usize) {
+    fn remove_at(&mut self, mut hole: usize, hash_of: impl Fn(u32) -> u32) {
         let mask = self.mask();
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
             let s = self.slots[j];
-            if s.index == NIL {
+            if s == EMPTY {
                 break;
             }
             // `s` may fill the hole unless its home lies cyclically in
             // (hole, j]: then its probe never passed the hole.
-            let home = self.home(s.hash);
+            let home = self.home(hash_of(s & self.index_mask));
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
                 self.slots[hole] = s;
                 hole = j;
@@ -187,10 +228,32 @@ impl Table {
         self.len -= 1;
     }
 
-    /// Doubles the slot count (from [`MIN_SLOTS`], up to [`MAX_SLOTS`]) and
-    /// re-places every slot by its stored hash bits.
+    /// Gives slots enough index bits for `max_index`, taking them from the
+    /// low end of the tag. Each held index is below the old `2^b - 1`, so
+    /// its new bit is zero: clearing the tag's lowest bit per added bit
+    /// re-encodes the slot in place, with no hash needed.
+    ///
+    /// # Panics
+    ///
+    /// If `max_index` is `u32::MAX`.
     #[cold]
-    fn grow(&mut self) {
+    fn widen(&mut self, max_index: u32) {
+        assert_ne!(max_index, u32::MAX, "expiremap: slab index out of range");
+        let mut index_mask = self.index_mask;
+        while max_index >= index_mask {
+            index_mask = index_mask << 1 | 1;
+        }
+        let added = index_mask & !self.index_mask;
+        for s in self.slots.iter_mut().filter(|s| **s != EMPTY) {
+            *s &= !added;
+        }
+        self.index_mask = index_mask;
+    }
+
+    /// Doubles the slot count (from [`MIN_SLOTS`], up to [`MAX_SLOTS`]) and
+    /// re-places every slot by its key's hash bits.
+    #[cold]
+    fn grow(&mut self, hash_of: impl Fn(u32) -> u32) {
         if self.slots.len() as u64 >= MAX_SLOTS {
             return;
         }
@@ -199,43 +262,48 @@ impl Table {
         // n is a power of two in 8..=2^32, so the shift is in 0..=29.
         self.shift = 32 - n.trailing_zeros();
         let mask = self.mask();
-        for s in old.iter().filter(|s| s.index != NIL) {
-            let mut i = self.home(s.hash);
-            while self.slots[i].index != NIL {
+        for &s in old.iter().filter(|&&s| s != EMPTY) {
+            let mut i = self.home(hash_of(s & self.index_mask));
+            while self.slots[i] != EMPTY {
                 i = (i + 1) & mask;
             }
-            self.slots[i] = *s;
+            self.slots[i] = s;
         }
     }
 
-    /// Every held `(hash32, index)`, in slot order. Test-only.
+    /// Every held index, in slot order. Test-only.
     #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots
             .iter()
-            .filter(|s| s.index != NIL)
-            .map(|s| (s.hash, s.index))
+            .filter(|&&s| s != EMPTY)
+            .map(|&s| s & self.index_mask)
     }
 
     /// Checks that every held slot is reachable by a probe from its home
-    /// (no empty slot between them) and that `len` is right. Test-only.
+    /// (no empty slot between them), that its tag matches `hash_of`, and
+    /// that `len` is right. Test-only.
     #[cfg(test)]
-    pub(crate) fn validate(&self) {
-        let held = self.slots.iter().filter(|s| s.index != NIL).count();
+    pub(crate) fn validate(&self, hash_of: impl Fn(u32) -> u32) {
+        let held = self.slots.iter().filter(|&&s| s != EMPTY).count();
         assert_eq!(held, self.len, "table len mismatch");
         assert!(
             self.slots.is_empty()
                 || held * 4 <= self.slots.len() * 3
                 || self.slots.len() as u64 == MAX_SLOTS
         );
-        for (at, s) in self.slots.iter().enumerate() {
-            if s.index == NIL {
+        for (at, &s) in self.slots.iter().enumerate() {
+            if s == EMPTY {
                 continue;
             }
+            let index = s & self.index_mask;
+            assert_ne!(index, self.index_mask, "slot {at} holds the reserved index");
+            let h32 = hash_of(index);
+            assert_eq!(s & !self.index_mask, self.tag(h32), "slot {at}: wrong tag");
             let mask = self.mask();
-            let mut i = self.home(s.hash);
+            let mut i = self.home(h32);
             while i != at {
-                assert_ne!(self.slots[i].index, NIL, "slot {at} cut off from its home");
+                assert_ne!(self.slots[i], EMPTY, "slot {at} cut off from its home");
                 i = (i + 1) & mask;
             }
         }
@@ -245,7 +313,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use std::collections::HashSet;
 
     /// SplitMix64, for reproducible random operations.
     fn next(state: &mut u64) -> u64 {
@@ -256,50 +324,62 @@ mod tests {
         z ^ (z >> 31)
     }
 
-    /// Random inserts and removes against a `HashMap` model, with hash bits
-    /// drawn from a small set (4 or 64 values, then all 2^32) so equal
-    /// hashes, long clusters and wrap-around are common. The model maps an index to its hash bits.
+    /// Inserts `index` with hash bits `h32`, which must be absent.
+    fn insert(table: &mut Table, h32: u32, index: u32, hash_of: impl Fn(u32) -> u32) {
+        match table.probe(h32, |_| false, index, hash_of) {
+            Probe::Vacant(at) => table.fill(at, h32, index),
+            Probe::Found(_) => unreachable!("`eq` never matches"),
+        }
+    }
+
+    /// Random inserts and removes against a set model, with hash bits drawn
+    /// from a small set (4 or 64 values, then all 2^32) so equal hashes,
+    /// long clusters and wrap-around are common. Indices reach past 2^13,
+    /// so slots widen twice on the way.
     #[test]
     #[cfg_attr(miri, ignore = "safe code; ~100 s under Miri")]
     fn random_ops_match_model() {
         for (seed, buckets) in [(1, Some(4u32)), (2, Some(64)), (3, None)] {
+            let hash_of = |index: u32| {
+                let mixed = index.wrapping_mul(0x85EB_CA6B);
+                buckets.map_or(mixed, |b| mixed % b)
+            };
             let mut state = seed;
             let mut table = Table::new();
-            let mut model: HashMap<u32, u32> = HashMap::new();
-            for _ in 0..50_000 {
+            let mut model: HashSet<u32> = HashSet::new();
+            for step in 0..50_000u32 {
                 let r = next(&mut state);
-                let index = (r % 300) as u32;
-                let mixed = index.wrapping_mul(0x85EB_CA6B);
-                let h32 = buckets.map_or(mixed, |b| mixed % b);
+                // Small indices first, then up to 299 * 34 = 10,166.
+                let index = (r % 300) as u32 * (1 + step / 1_500);
+                let h32 = hash_of(index);
                 let eq = |i: u32| i == index;
                 if r >> 62 == 0 {
-                    assert_eq!(table.remove(h32, eq), model.remove(&index).map(|_| index));
+                    let want = model.remove(&index).then_some(index);
+                    assert_eq!(table.remove(h32, eq, hash_of), want);
                 } else {
-                    match table.probe(h32, eq) {
+                    match table.probe(h32, eq, index, hash_of) {
                         Probe::Found(i) => {
                             assert_eq!(i, index);
-                            assert!(model.contains_key(&index));
+                            assert!(model.contains(&index));
                         }
                         Probe::Vacant(at) => {
-                            assert!(!model.contains_key(&index));
+                            assert!(!model.contains(&index));
                             table.fill(at, h32, index);
-                            model.insert(index, h32);
+                            model.insert(index);
                         }
                     }
                 }
-                assert_eq!(
-                    table.find(h32, eq),
-                    model.contains_key(&index).then_some(index)
-                );
+                assert_eq!(table.find(h32, eq), model.contains(&index).then_some(index));
                 assert_eq!(table.len(), model.len());
             }
-            table.validate();
-            for (&index, &h32) in &model {
-                assert_eq!(table.find(h32, |i| i == index), Some(index));
+            assert_eq!(table.index_mask, (1 << 14) - 1, "widened twice");
+            table.validate(hash_of);
+            for &index in &model {
+                assert_eq!(table.find(hash_of(index), |i| i == index), Some(index));
             }
             let mut held: Vec<_> = table.iter().collect();
             held.sort_unstable();
-            let mut expect: Vec<_> = model.iter().map(|(&i, &h)| (h, i)).collect();
+            let mut expect: Vec<_> = model.into_iter().collect();
             expect.sort_unstable();
             assert_eq!(held, expect);
         }
@@ -312,40 +392,89 @@ mod tests {
     fn removal_keeps_wrapped_clusters_reachable() {
         let mut table = Table::new();
         // Grow to 8 slots; find hash bits homed at the last slot.
-        let _ = table.probe(0, |_| false);
+        let _ = table.probe(0, |_| false, 0, |_| unreachable!("empty"));
         let last: Vec<u32> = (0u32..)
             .filter(|&h| table.home(h) == MIN_SLOTS - 1)
             .take(4)
             .collect();
+        let hash_of = |index: u32| last[index as usize];
         for (index, &h) in last.iter().enumerate() {
-            match table.probe(h, |_| false) {
-                Probe::Vacant(at) => table.fill(at, h, index as u32),
-                Probe::Found(_) => unreachable!("no slot is held yet"),
-            }
+            insert(&mut table, h, index as u32, hash_of);
         }
-        table.validate();
-        assert_eq!(table.remove(last[1], |i| i == 1), Some(1));
-        table.validate();
+        table.validate(hash_of);
+        assert_eq!(table.remove(last[1], |i| i == 1, hash_of), Some(1));
+        table.validate(hash_of);
         for (index, &h) in last.iter().enumerate() {
             let want = (index != 1).then_some(index as u32);
             assert_eq!(table.find(h, |i| i == index as u32), want);
         }
     }
 
+    /// Equal hash bits share home and tag, so only `eq` tells them apart;
+    /// a tag that differs must reject a slot without calling `eq`.
+    #[test]
+    fn tags_reject_other_keys_and_equal_hashes_reach_eq() {
+        let mut table = Table::new();
+        let hash_of = |index: u32| if index < 3 { 7 } else { index };
+        for index in 0..100 {
+            insert(&mut table, hash_of(index), index, hash_of);
+        }
+        table.validate(hash_of);
+        // Three keys with hash bits 7: `eq` decides among them.
+        for index in 0..3 {
+            assert_eq!(table.find(7, |i| i == index), Some(index));
+        }
+        // Hash bits held by no key: with 20-bit tags, `eq` is not called.
+        let absent = (1000u32..)
+            .find(|&h| {
+                table.tag(h) != table.tag(7) && (3..100).all(|i| table.tag(h) != table.tag(i))
+            })
+            .unwrap();
+        assert_eq!(table.find(absent, |_| panic!("eq on a wrong tag")), None);
+    }
+
+    /// Widening moves one bit from each held slot's tag to its index field
+    /// and keeps every entry findable; at 2^32 - 2 the index takes all bits.
+    #[test]
+    fn widening_keeps_entries_and_reaches_all_bits() {
+        let mut table = Table::new();
+        let hash_of = |index: u32| index.wrapping_mul(0x2545_F491);
+        for index in 0..1_000 {
+            insert(&mut table, hash_of(index), index, hash_of);
+        }
+        insert(&mut table, hash_of(70_000), 70_000, hash_of);
+        assert_eq!(table.index_mask, (1 << 17) - 1);
+        table.validate(hash_of);
+        for index in (0..1_000).chain([70_000]) {
+            assert_eq!(table.find(hash_of(index), |i| i == index), Some(index));
+        }
+        let big = u32::MAX - 1;
+        insert(&mut table, hash_of(big), big, hash_of);
+        assert_eq!(table.index_mask, u32::MAX);
+        table.validate(hash_of);
+        for index in (0..1_000).chain([70_000, big]) {
+            assert_eq!(table.find(hash_of(index), |i| i == index), Some(index));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "slab index out of range")]
+    fn the_all_ones_index_is_refused() {
+        let mut table = Table::new();
+        let _ = table.probe(1, |_| false, u32::MAX, |i| i);
+    }
+
     #[test]
     #[cfg_attr(miri, ignore = "safe code; slow under Miri")]
     fn stays_at_most_three_quarters_full() {
         let mut table = Table::new();
+        let hash_of = |index: u32| index.wrapping_mul(0x85EB_CA6B);
         for index in 0..10_000u32 {
-            let h32 = index.wrapping_mul(0x85EB_CA6B);
-            match table.probe(h32, |_| false) {
-                Probe::Vacant(at) => table.fill(at, h32, index),
-                Probe::Found(_) => unreachable!("indices are distinct"),
-            }
+            insert(&mut table, hash_of(index), index, hash_of);
             assert!(table.len() * 4 <= table.slots.len() * 3);
         }
         // 10,000 / 0.75 = 13,334 -> 16,384 slots.
         assert_eq!(table.slots.len(), 16_384);
-        table.validate();
+        table.validate(hash_of);
     }
 }
