@@ -119,24 +119,28 @@ impl Time {
         }
     }
 
-    /// A cheap upper bound on [`now`](Self::now): `u64::MAX` if the clock
-    /// has none.
+    /// An upper bound on [`now`](Self::now): a cheap one for the default
+    /// clock, the exact time for a user clock (which has no cheap bound).
+    /// Read before the shard lock, so a user clock never runs under it.
     #[inline]
     fn now_at_most(&self) -> u64 {
         match self {
             Time::System(c) => c.now_at_most(),
-            Time::Other { .. } => u64::MAX,
+            Time::Other { .. } => self.now(),
         }
     }
 
-    /// `true` if `deadline` has not passed. Reads the exact clock only if
-    /// `bound` (from [`now_at_most`](Self::now_at_most)) cannot tell.
+    /// `true` if `deadline` has not passed, given `bound` from
+    /// [`now_at_most`](Self::now_at_most). Runs under a shard lock, so it
+    /// calls no user code: only the default clock's bound can leave the
+    /// question open, and then its exact read is ours too.
     #[inline]
     fn live(&self, bound: u64, deadline: u64) -> bool {
         bound <= deadline
             || match self {
                 Time::System(c) => c.now_after(bound) <= deadline,
-                Time::Other { .. } => self.now() <= deadline,
+                // The bound was the exact time.
+                Time::Other { .. } => false,
             }
     }
 

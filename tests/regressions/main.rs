@@ -1,3 +1,4 @@
 //! Regression tests: one file per bug, each with a header saying what broke.
 
 mod drop_in_publish;
+mod user_clock_under_lock;
