@@ -24,6 +24,25 @@ mod evictor;
 mod shard;
 mod table;
 
+/// Hints the CPU to start loading the cache line of `value`.
+#[inline]
+fn prefetch<T>(value: &T) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let p = std::ptr::from_ref(value).cast::<i8>();
+        // SAFETY: a prefetch is only a hint: it never faults and has no
+        // effect on memory, whatever the address (here a valid reference).
+        // `unsafe` is needed before Rust 1.87 made the intrinsic safe.
+        #[allow(unused_unsafe)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = value;
+}
+
 pub use builder::{
     BuildError, Builder, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS,

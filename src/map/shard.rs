@@ -117,11 +117,11 @@ impl<K, V> Nodes<K, V> {
         self.len += 1;
     }
 
+    /// Node `index` and its hash bits, if the slab has them.
     #[inline]
-    fn get(&self, index: usize) -> Option<&Node<K, V>> {
-        self.chunks
-            .get(index >> CHUNK_BITS)?
-            .get(index & (CHUNK - 1))
+    fn get(&self, index: usize) -> Option<(&Node<K, V>, &u32)> {
+        let (chunk, at) = (index >> CHUNK_BITS, index & (CHUNK - 1));
+        Some((self.chunks.get(chunk)?.get(at)?, &self.hashes[chunk][at]))
     }
 }
 
@@ -192,23 +192,14 @@ impl<K, V> Slab<K, V> {
 }
 
 impl<K, V> Links for Slab<K, V> {
-    /// Hints the CPU to start loading node `index`.
+    /// Hints the CPU to start loading node `index` and its hash bits (no-op
+    /// for an index past the slab, such as `NIL`).
     #[inline]
     fn prefetch(&self, index: u32) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if let Some(node) = self.nodes.get(index as usize) {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let p = std::ptr::from_ref(node).cast::<i8>();
-            // SAFETY: a prefetch is only a hint: it never faults and has no
-            // effect on memory, whatever the address (here a valid node).
-            // `unsafe` is needed before Rust 1.87 made the intrinsic safe.
-            #[allow(unused_unsafe)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p);
-            }
+        if let Some((node, hash)) = self.nodes.get(index as usize) {
+            super::prefetch(node);
+            super::prefetch(hash);
         }
-        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-        let _ = index;
     }
 
     #[inline]
@@ -574,10 +565,13 @@ impl<K, V> Shard<K, V> {
                 return false;
             };
             // The due list is a linked list, so its nodes arrive one cache
-            // miss after another. Start loading the one after next now, to
+            // miss after another. Start loading the node (and hash bits) of
+            // the one after next now, and the table slot of the next one,
+            // whose hash bits the previous round started loading: all three
             // overlap with this entry's table probe.
             if let Some(next) = wheel.lists.first_due() {
                 wheel.slab.prefetch(wheel.slab.links(next).1);
+                self.table.prefetch(wheel.slab.nodes.hash(next));
             }
             // tick_for cannot overflow (see `new`), and
             // tick_of(now) >= tick_for(deadline) means

@@ -26,7 +26,8 @@
 //!
 //! # Ground rules
 //!
-//! * No `unsafe` and no user code: the table sees only `u32`s. Key equality is
+//! * No `unsafe` (a prefetch hint aside, in the parent module) and no user
+//!   code: the table sees only `u32`s. Key equality is
 //!   the caller's closure over the slab index, run only for slots whose tag
 //!   matches. The key's 32 hash bits live with the slab node; growth and
 //!   removal ask the caller's `hash_of(index)` for them, never the key.
@@ -132,6 +133,14 @@ impl Table {
                 return Some(i);
             }
             i = (i + 1) & mask;
+        }
+    }
+
+    /// Hints the CPU to start loading the home slot of hash bits `h32`.
+    #[inline]
+    pub(crate) fn prefetch(&self, h32: u32) {
+        if !self.slots.is_empty() {
+            super::prefetch(&self.slots[self.home(h32)]);
         }
     }
 
