@@ -86,17 +86,23 @@ impl<K, V> Nodes<K, V> {
         }
     }
 
+    /// The chunk that holds node `index`, and its place in the chunk.
+    #[inline]
+    fn split(index: usize) -> (usize, usize) {
+        (index >> CHUNK_BITS, index & (CHUNK - 1))
+    }
+
     /// The 32 hash bits stored with node `index`.
     #[inline]
     fn hash(&self, index: u32) -> u32 {
-        let index = index as usize;
-        self.hashes[index >> CHUNK_BITS][index & (CHUNK - 1)]
+        let (chunk, at) = Self::split(index as usize);
+        self.hashes[chunk][at]
     }
 
     #[inline]
     fn set_hash(&mut self, index: u32, h32: u32) {
-        let index = index as usize;
-        self.hashes[index >> CHUNK_BITS][index & (CHUNK - 1)] = h32;
+        let (chunk, at) = Self::split(index as usize);
+        self.hashes[chunk][at] = h32;
     }
 
     /// Nodes ever pushed (live and vacant).
@@ -121,7 +127,7 @@ impl<K, V> Nodes<K, V> {
     /// Node `index` and its hash bits, if the slab has them.
     #[inline]
     fn get(&self, index: usize) -> Option<(&Node<K, V>, &u32)> {
-        let (chunk, at) = (index >> CHUNK_BITS, index & (CHUNK - 1));
+        let (chunk, at) = Self::split(index);
         Some((self.chunks.get(chunk)?.get(at)?, &self.hashes[chunk][at]))
     }
 }
@@ -131,14 +137,16 @@ impl<K, V> std::ops::Index<usize> for Nodes<K, V> {
 
     #[inline]
     fn index(&self, index: usize) -> &Node<K, V> {
-        &self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+        let (chunk, at) = Self::split(index);
+        &self.chunks[chunk][at]
     }
 }
 
 impl<K, V> std::ops::IndexMut<usize> for Nodes<K, V> {
     #[inline]
     fn index_mut(&mut self, index: usize) -> &mut Node<K, V> {
-        &mut self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+        let (chunk, at) = Self::split(index);
+        &mut self.chunks[chunk][at]
     }
 }
 

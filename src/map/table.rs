@@ -118,19 +118,28 @@ impl Table {
     /// The position of the slot for hash bits `h32` whose index satisfies
     /// `eq`, if any.
     #[inline]
-    fn position(&self, h32: u32, mut eq: impl FnMut(u32) -> bool) -> Option<usize> {
+    fn position(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<usize> {
         if self.len == 0 {
             return None;
         }
+        self.scan(h32, eq).ok()
+    }
+
+    /// Walks the cluster from the home slot of `h32`: `Ok(position)` of the
+    /// slot whose tag matches and whose index satisfies `eq`, or
+    /// `Err(position)` of the empty slot that ends the walk. Only for a
+    /// non-empty table (one with slots).
+    #[inline]
+    fn scan(&self, h32: u32, mut eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
         let (mask, index_mask, tag) = (self.mask(), self.index_mask, self.tag(h32));
         let mut i = self.home(h32);
         loop {
             let s = self.slots[i];
             if s == EMPTY {
-                return None;
+                return Err(i);
             }
             if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
-                return Some(i);
+                return Ok(i);
             }
             i = (i + 1) & mask;
         }
@@ -164,7 +173,7 @@ impl Table {
     pub(crate) fn probe(
         &mut self,
         h32: u32,
-        mut eq: impl FnMut(u32) -> bool,
+        eq: impl FnMut(u32) -> bool,
         max_index: u32,
         hash_of: impl Fn(u32) -> u32,
     ) -> Probe {
@@ -174,17 +183,9 @@ impl Table {
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow(hash_of);
         }
-        let (mask, index_mask, tag) = (self.mask(), self.index_mask, self.tag(h32));
-        let mut i = self.home(h32);
-        loop {
-            let s = self.slots[i];
-            if s == EMPTY {
-                return Probe::Vacant(i);
-            }
-            if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
-                return Probe::Found(s & index_mask);
-            }
-            i = (i + 1) & mask;
+        match self.scan(h32, eq) {
+            Ok(at) => Probe::Found(self.slots[at] & self.index_mask),
+            Err(at) => Probe::Vacant(at),
         }
     }
 
