@@ -133,22 +133,24 @@
 //! Beside each node the slab keeps the key's 32 hash bits (in a parallel
 //! array, so a read touches only the node). Nodes live in chunks of 4,096
 //! that never move, so the slab's slack is at most one partly used chunk per
-//! shard. The hash table (linear probing, at most 3/4 full) stores 4 bytes
-//! per slot: the node's index and, in the bits the index does not need, a
-//! tag of the hash. Growing it reads the slab's hash bits, never a key:
+//! shard. The hash table (linear probing, between 1/2 and 3/4 full: it grows
+//! by 3/2 and 4/3 in turn) stores 4 bytes per slot: the node's index and,
+//! in the bits the index does not need, a tag of the hash. Growing it reads
+//! the slab's hash bits, never a key:
 //!
 //! ```text
 //! node  = size_of::<(K, V)>() + 16 bytes, rounded up to K's and V's alignment
 //!         (deadline 8, prev 4, next 4), plus 4 bytes of hash beside it
-//! table = 4 bytes per slot, 1.33 to 2.67 slots per entry
-//! bytes/entry ~= node + 4 + 5.3..10.7 (+ 4 per freed node)
+//! table = 4 bytes per slot, 1.33 to 2 slots per entry
+//! bytes/entry ~= node + 4 + 5.3..8 (+ 4 per freed node)
 //!                + shards * 4096 * (node + 4) / entries (the last chunks' slack)
 //! ```
 //!
 //! For `u64 -> u64` a node is 32 bytes. Measured for `ExpireMap<u64, u64>`
 //! (counting allocator, `cargo run --release --example memory -- N`):
-//! **45.0 bytes per entry** at 10^6 entries, 41.9–45.0 from 6 × 10^5 to
-//! 2 × 10^6 (a `RwLock<HashMap<u64, u64>>` takes 35.7 at 10^6).
+//! **42.9 bytes per entry** at 10^6 entries, 42.2–44.7 from 6 × 10^5 to
+//! 2 × 10^6 (a `RwLock<HashMap<u64, u64>>` takes 35.7 at 10^6), 55.1 at
+//! 10^5 (the last chunks weigh more).
 //! `tests/memory.rs` checks the formula's bound. The
 //! event ring costs nothing until the first `subscribe`.
 //!
