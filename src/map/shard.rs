@@ -456,6 +456,12 @@ impl<K, V> Shard<K, V> {
         self.wheel.len
     }
 
+    /// Hints the CPU to load the table slot where a lookup of `hash` starts.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        self.table.prefetch(hash as u32);
+    }
+
     /// The value and exact deadline of the entry for `key`, live or not:
     /// the caller compares the deadline with the time.
     #[inline]

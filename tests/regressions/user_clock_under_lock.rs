@@ -5,6 +5,11 @@
 //! code under a shard lock. A clock that called back into the map (or just
 //! blocked) could deadlock it. Fixed by reading a user clock's exact time as
 //! the bound, before the lock.
+//!
+//! Later the default clock's read moved under the lock (after a prefetch of
+//! the table slot, see `Time::around`), for every operation; a user clock's
+//! must stay before it, so `touch` and `remove` are covered here too (`put`
+//! is the clock's own trigger).
 
 use expiremap::{Clock, ExpireMap, ManualClock};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +46,7 @@ impl Clock for Reentrant {
 }
 
 #[test]
-fn reads_call_a_user_clock_outside_the_shard_lock() {
+fn operations_call_a_user_clock_outside_the_shard_lock() {
     let clock = Reentrant {
         time: ManualClock::new(),
         armed: Arc::new(AtomicBool::new(false)),
@@ -66,11 +71,20 @@ fn reads_call_a_user_clock_outside_the_shard_lock() {
         map.put(2, 20, Duration::from_secs(60));
         let got = (reader.get(&1), reader.contains_key(&1), reader.ttl(&1));
         let _ = tx.send(got);
+        // The writes too: each reads the clock, and its removal of key 2
+        // needs the write lock they take.
+        let got = (reader.touch(&1, Duration::from_secs(90)), reader.remove(&1));
+        let _ = tx.send((got.1, got.0, None));
     });
-    let (value, contains, ttl) = rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("a read deadlocked: the user clock ran under the shard lock");
+    let wait = || {
+        rx.recv_timeout(Duration::from_secs(120))
+            .expect("deadlocked: the user clock ran under the shard lock")
+    };
+    let (value, contains, ttl) = wait();
     assert_eq!(value, Some(10));
     assert!(contains);
     assert_eq!(ttl, Some(Duration::from_secs(60)));
+    let (removed, touched, _) = wait();
+    assert!(touched);
+    assert_eq!(removed, Some(10));
 }
