@@ -324,3 +324,43 @@ fn a_phased_shard_evicts_exactly_like_an_unphased_one() {
         }
     }
 }
+
+/// An overwrite whose new deadline belongs on the entry's current wheel list
+/// changes the deadline in place (no relinking). Eviction must follow the
+/// new deadline either way: never at the old one if it moved later, never
+/// late if it moved earlier.
+#[test]
+fn a_deadline_changed_in_place_is_evicted_at_the_new_deadline() {
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0);
+    // Ticks 71, 101, 121 and 127 all belong on level 1, slot 1 at time 0.
+    let at = |ticks: u64| ticks * P;
+    assert!(matches!(
+        s.put(h(1), 1, 10, at(100) + 5, 0),
+        PutOutcome::Inserted
+    ));
+    assert!(matches!(
+        s.put(h(2), 2, 20, at(126), 0),
+        PutOutcome::Inserted
+    ));
+    assert!(matches!(
+        s.put(h(1), 1, 11, at(120), 0),
+        PutOutcome::Overwrote(_)
+    ));
+    assert!(matches!(
+        s.put(h(2), 2, 21, at(70), 0),
+        PutOutcome::Overwrote(_)
+    ));
+    s.validate();
+    let mut out = Vec::new();
+    let mut evict_at = |s: &mut Shard<u64, u64>, now: u64| {
+        out.clear();
+        while s.evict(now, 16, &mut out) {}
+        s.validate();
+        out.iter().map(|r| (r.key, r.deadline)).collect::<Vec<_>>()
+    };
+    assert_eq!(evict_at(&mut s, at(72)), [(2, at(70))]);
+    assert_eq!(evict_at(&mut s, at(110)), [], "evicted at the old deadline");
+    assert_eq!(s.get(h(1), &1), Some((&11, at(120))));
+    assert_eq!(evict_at(&mut s, at(122)), [(1, at(120))]);
+    assert_eq!(s.len(), 0);
+}

@@ -80,6 +80,17 @@ impl<const R: u32> Lists<R> {
         self.unlink_from(store, self.list_for(deadline), index);
     }
 
+    /// Whether nodes with deadlines `a` and `b` belong on the same list, so
+    /// that a node can change from one deadline to the other in place. They
+    /// then stay on the same list until it is cascaded: a list at level `l`
+    /// holds deadlines that agree with each other on every bit from `l * R`
+    /// up, and [`list_for`](Self::list_for) of such deadlines depends on
+    /// nothing else until `now` reaches them.
+    #[inline]
+    pub(crate) fn same_list(&self, a: u64, b: u64) -> bool {
+        self.list_for(a) == self.list_for(b)
+    }
+
     /// The first due node, if any (it stays linked).
     #[inline]
     pub(crate) fn first_due(&self) -> Option<u32> {
