@@ -9,7 +9,7 @@
 //! Later the default clock's read moved under the lock (after a prefetch of
 //! the table slot, see `Time::around`), for every operation; a user clock's
 //! must stay before it, so `touch` and `remove` are covered here too (`put`
-//! is the clock's own trigger).
+//! was already).
 
 use expiremap::{Clock, ExpireMap, ManualClock};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,26 +65,25 @@ fn operations_call_a_user_clock_outside_the_shard_lock() {
 
     // On another thread, so a regression fails the test instead of hanging
     // the suite; the timeout only decides how long a failure takes to show.
-    let (tx, rx) = mpsc::channel();
+    let (reads_tx, reads) = mpsc::channel();
+    let (writes_tx, writes) = mpsc::channel();
     let reader = Arc::clone(&map);
     std::thread::spawn(move || {
         map.put(2, 20, Duration::from_secs(60));
         let got = (reader.get(&1), reader.contains_key(&1), reader.ttl(&1));
-        let _ = tx.send(got);
+        let _ = reads_tx.send(got);
         // The writes too: each reads the clock, and its removal of key 2
         // needs the write lock they take.
         let got = (reader.touch(&1, Duration::from_secs(90)), reader.remove(&1));
-        let _ = tx.send((got.1, got.0, None));
+        let _ = writes_tx.send(got);
     });
-    let wait = || {
-        rx.recv_timeout(Duration::from_secs(120))
-            .expect("deadlocked: the user clock ran under the shard lock")
-    };
-    let (value, contains, ttl) = wait();
+    const DEADLOCK: &str = "deadlocked: the user clock ran under the shard lock";
+    let patience = Duration::from_secs(120);
+    let (value, contains, ttl) = reads.recv_timeout(patience).expect(DEADLOCK);
     assert_eq!(value, Some(10));
     assert!(contains);
     assert_eq!(ttl, Some(Duration::from_secs(60)));
-    let (removed, touched, _) = wait();
+    let (touched, removed) = writes.recv_timeout(patience).expect(DEADLOCK);
     assert!(touched);
     assert_eq!(removed, Some(10));
 }
