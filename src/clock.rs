@@ -100,8 +100,10 @@ pub trait Clock: Send + Sync + 'static {
 /// needs the exact reading. The exact read's fence stops consecutive
 /// lookups from overlapping their cache misses: over 10^6 entries a `get`
 /// went from 435 to 320 ns in the compare bench when the bound came in (377
-/// to ~190 ns in a bare loop), and is ~200 ns since the bound's arithmetic
-/// became one 64-bit multiply; BENCHMARKS.md has the runs.
+/// to ~190 ns in a bare loop), ~200 ns once the bound's arithmetic became
+/// one 64-bit multiply, and ~165 ns since the map reads it after starting
+/// the lookup's first cache miss (even an unfenced TSC read waits for
+/// earlier loads on this project's AMD machine); BENCHMARKS.md has the runs.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     #[cfg(target_os = "linux")]

@@ -140,7 +140,8 @@ impl Time {
 
     /// An upper bound on [`now`](Self::now): a cheap one for the default
     /// clock, the exact time for a user clock (which has no cheap bound).
-    /// Read before the shard lock, so a user clock never runs under it.
+    /// Read through [`around`](Self::around), so a user clock is read
+    /// before the shard lock, never under it.
     #[inline]
     fn now_at_most(&self) -> u64 {
         match self {
@@ -338,7 +339,7 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let (outcome, kick, now) = {
-            let (mut shard, now) = inner.around(hash, |l| l.write(), Time::now);
+            let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put(hash, key, value, deadline, now);
             (outcome, inner.needs_kick(&shard, deadline), now)
@@ -448,7 +449,7 @@ where
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (mut shard, now) = inner.around(hash, |l| l.write(), Time::now);
+        let (mut shard, now) = inner.write_now(hash);
         let removed = shard.remove(hash, key, now);
         drop(shard);
         let removed = removed?;
@@ -468,7 +469,7 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let (done, kick) = {
-            let (mut shard, now) = inner.around(hash, |l| l.write(), Time::now);
+            let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
             let done = shard.touch(hash, key, deadline, now);
             (done, done && inner.needs_kick(&shard, deadline))
@@ -585,6 +586,13 @@ where
         let shard = self.shard(hash);
         self.clock
             .around(|| lock(shard), |guard| guard.prefetch(hash), read)
+    }
+
+    /// The write lock of `hash`'s shard and the exact time, for the
+    /// operations that change a shard.
+    #[inline]
+    fn write_now(&self, hash: u64) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64) {
+        self.around(hash, |l| l.write(), Time::now)
     }
 
     /// Called under the shard's write lock after a deadline was set: does the

@@ -378,15 +378,14 @@ impl<K, V> Wheel<K, V> {
     /// changes: relinking would touch the node's two neighbours, two cache
     /// misses in a large shard.
     fn reschedule(&mut self, index: u32, deadline: u64) {
-        let old = self.slab.tick_for(self.slab.nodes[index as usize].deadline);
-        let tick = self.slab.tick_for(deadline);
-        if self.lists.same_list(old, tick) {
-            self.slab.nodes[index as usize].deadline = deadline;
-            return;
+        let node = &mut self.slab.nodes[index as usize];
+        let old = std::mem::replace(&mut node.deadline, deadline);
+        let (old, tick) = (self.slab.tick_for(old), self.slab.tick_for(deadline));
+        // Linking reads only the links; the ticks are passed in.
+        if !self.lists.same_list(old, tick) {
+            self.lists.unlink(&mut self.slab, index, old);
+            self.lists.link(&mut self.slab, index, tick);
         }
-        self.lists.unlink(&mut self.slab, index, old);
-        self.slab.nodes[index as usize].deadline = deadline;
-        self.lists.link(&mut self.slab, index, tick);
     }
 
     /// Unlinks and makes vacant the first due node.
