@@ -338,10 +338,14 @@ where
         }
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
+        // Declared before the lock guard, so that if the user's `Eq` panics
+        // in the probe, the key and value are dropped after the guard:
+        // outside the lock.
+        let mut kv = Some((key, value));
         let (outcome, kick, now) = {
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
-            let outcome = shard.put(hash, key, value, deadline, now);
+            let outcome = shard.put(hash, &mut kv, deadline, now);
             (outcome, inner.needs_kick(&shard, deadline), now)
         };
         self.kick_if(kick);

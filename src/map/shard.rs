@@ -324,23 +324,31 @@ struct Wheel<K, V> {
 
 impl<K, V> Wheel<K, V> {
     /// Takes a vacant node (or grows the slab), fills it and links it.
-    fn alloc(&mut self, key: K, value: V, deadline: u64, h32: u32) -> u32 {
+    /// Takes the key and value out of `kv` (which must hold them) into a
+    /// new node. If the shard is full it panics with them still in `kv`,
+    /// so the caller can drop them after releasing the lock.
+    fn alloc(&mut self, kv: &mut Option<(K, V)>, deadline: u64, h32: u32) -> u32 {
+        let reuse = self.free.pop();
+        if reuse.is_none() {
+            assert!(
+                self.slab.nodes.len() < NIL as usize,
+                "expiremap: more than u32::MAX - 1 entries in one shard"
+            );
+        }
         let node = Node {
-            kv: MaybeUninit::new((key, value)),
+            kv: MaybeUninit::new(kv.take().expect("alloc without a key and value")),
             deadline,
             prev: NIL,
             next: NIL,
         };
-        let index = if let Some(index) = self.free.pop() {
+        let index = if let Some(index) = reuse {
             // Overwriting a vacant node drops nothing: `kv` is MaybeUninit.
             self.slab.nodes[index as usize] = node;
             self.slab.nodes.set_hash(index, h32);
             index
         } else {
-            let index = u32::try_from(self.slab.nodes.len())
-                .ok()
-                .filter(|&i| i != NIL)
-                .expect("expiremap: more than u32::MAX - 1 entries in one shard");
+            // < NIL, checked above.
+            let index = self.slab.nodes.len() as u32;
             self.slab.nodes.push(node, h32);
             index
         };
@@ -484,12 +492,17 @@ impl<K, V> Shard<K, V> {
         Some((&unsafe { slab.kv(index) }.1, deadline))
     }
 
-    /// Inserts or overwrites. `deadline > now` is the caller's duty.
+    /// Inserts or overwrites with the key and value in `kv` (which must
+    /// hold them). `deadline > now` is the caller's duty.
+    ///
+    /// They stay in `kv` until the probe (which runs the user's `Eq`) is
+    /// over and the shard is known to have room: if either panics, the
+    /// caller still owns them and drops them after releasing the lock, so
+    /// no user `Drop` runs under it.
     pub(crate) fn put(
         &mut self,
         hash: u64,
-        key: K,
-        value: V,
+        kv: &mut Option<(K, V)>,
         deadline: u64,
         now: u64,
     ) -> PutOutcome<K, V>
@@ -502,9 +515,10 @@ impl<K, V> Shard<K, V> {
         let h32 = hash as u32;
         // The index `alloc` would use; past `NIL - 1` it panics itself.
         let max_index = slab.nodes.len().min(NIL as usize - 1) as u32;
+        let key = &kv.as_ref().expect("put without a key and value").0;
         match self
             .table
-            .probe(h32, is_key(slab, &key), max_index, hash_of(slab))
+            .probe(h32, is_key(slab, key), max_index, hash_of(slab))
         {
             Probe::Found(index) => {
                 let node = &mut self.wheel.slab.nodes[index as usize];
@@ -517,6 +531,7 @@ impl<K, V> Shard<K, V> {
                 // SAFETY: the index came from the table, so the node is live
                 // and its `kv` initialised.
                 let pair = unsafe { node.kv.assume_init_mut() };
+                let (key, value) = kv.take().expect("put without a key and value");
                 let old_value = std::mem::replace(&mut pair.1, value);
                 self.wheel.reschedule(index, deadline);
                 PutOutcome::Overwrote(Removed {
@@ -527,11 +542,27 @@ impl<K, V> Shard<K, V> {
                 })
             }
             Probe::Vacant(at) => {
-                let index = self.wheel.alloc(key, value, deadline, h32);
+                let index = self.wheel.alloc(kv, deadline, h32);
                 self.table.fill(at, h32, index);
                 PutOutcome::Inserted
             }
         }
+    }
+
+    /// [`put`](Self::put) with the key and value passed by value. Test-only.
+    #[cfg(test)]
+    pub(crate) fn put_owned(
+        &mut self,
+        hash: u64,
+        key: K,
+        value: V,
+        deadline: u64,
+        now: u64,
+    ) -> PutOutcome<K, V>
+    where
+        K: Eq,
+    {
+        self.put(hash, &mut Some((key, value)), deadline, now)
     }
 
     /// Removes `key` if held. The door is `Removed` if it was live at `now`,

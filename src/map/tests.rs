@@ -31,7 +31,7 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
         match rnd(11) {
             0..=3 => {
                 let d = now + 1 + rnd(20 * P);
-                match s.put(h(k), k, step, d, now) {
+                match s.put_owned(h(k), k, step, d, now) {
                     PutOutcome::Inserted => assert!(!model.contains_key(&k)),
                     PutOutcome::Overwrote(r) => {
                         let (v, old) = model[&k];
@@ -97,7 +97,7 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
 fn take_all_leaves_an_empty_shard_and_drains_everything() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0);
     for k in 0..100 {
-        s.put(h(k), k, k, 10 * P, 0);
+        s.put_owned(h(k), k, k, 10 * P, 0);
     }
     let taken = s.take_all(5);
     s.validate();
@@ -169,7 +169,7 @@ fn every_value_is_dropped_exactly_once_whichever_way_it_leaves() {
     let mut out = Vec::new();
     for k in 0..if cfg!(miri) { 40 } else { 200 } {
         let key = format!("k{k}");
-        s.put(
+        s.put_owned(
             h(k),
             key.clone(),
             Tracked::new(&live, false),
@@ -178,7 +178,7 @@ fn every_value_is_dropped_exactly_once_whichever_way_it_leaves() {
         );
         if k % 3 == 0 {
             // Overwrite: the old value comes back to the caller.
-            let r = s.put(
+            let r = s.put_owned(
                 h(k),
                 key.clone(),
                 Tracked::new(&live, false),
@@ -198,7 +198,7 @@ fn every_value_is_dropped_exactly_once_whichever_way_it_leaves() {
     out.clear();
     // Reuse vacant nodes, then drop the shard with entries still inside.
     for k in 0..30u64 {
-        s.put(
+        s.put_owned(
             h(k),
             format!("again{k}"),
             Tracked::new(&live, false),
@@ -220,7 +220,7 @@ fn tracked_shard(
 ) -> Shard<u64, Tracked> {
     let mut s = Shard::new(SHIFT, 0, 0);
     for k in 0..20u64 {
-        s.put(
+        s.put_owned(
             h(k),
             k,
             Tracked::new(live, Some(k) == panicky),
@@ -260,7 +260,7 @@ fn a_drain_cut_short_by_a_panic_leaves_the_rest_to_drop() {
 #[test]
 fn get_returns_the_exact_deadline() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0);
-    s.put(h(1), 1, 10, 12_345, 0);
+    s.put_owned(h(1), 1, 10, 12_345, 0);
     assert_eq!(s.get(h(1), &1), Some((&10, 12_345)));
 }
 
@@ -299,7 +299,7 @@ fn a_phased_shard_evicts_exactly_like_an_unphased_one() {
             200 * P + 9,
         ];
         for (k, &d) in deadlines.iter().enumerate() {
-            s.put(h(k as u64), k as u64, k as u64, d, 0);
+            s.put_owned(h(k as u64), k as u64, k as u64, d, 0);
             assert_eq!(s.time_of(s.tick_for(d)), (d / P + 1) * P);
         }
         let mut out = Vec::new();
@@ -335,19 +335,19 @@ fn a_deadline_changed_in_place_is_evicted_at_the_new_deadline() {
     // Ticks 71, 101, 121 and 127 all belong on level 1, slot 1 at time 0.
     let at = |ticks: u64| ticks * P;
     assert!(matches!(
-        s.put(h(1), 1, 10, at(100) + 5, 0),
+        s.put_owned(h(1), 1, 10, at(100) + 5, 0),
         PutOutcome::Inserted
     ));
     assert!(matches!(
-        s.put(h(2), 2, 20, at(126), 0),
+        s.put_owned(h(2), 2, 20, at(126), 0),
         PutOutcome::Inserted
     ));
     assert!(matches!(
-        s.put(h(1), 1, 11, at(120), 0),
+        s.put_owned(h(1), 1, 11, at(120), 0),
         PutOutcome::Overwrote(_)
     ));
     assert!(matches!(
-        s.put(h(2), 2, 21, at(70), 0),
+        s.put_owned(h(2), 2, 21, at(70), 0),
         PutOutcome::Overwrote(_)
     ));
     s.validate();
