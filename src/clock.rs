@@ -102,8 +102,9 @@ pub trait Clock: Send + Sync + 'static {
 /// went from 435 to 320 ns in the compare bench when the bound came in (377
 /// to ~190 ns in a bare loop), ~200 ns once the bound's arithmetic became
 /// one 64-bit multiply, and ~165 ns since the map reads it after starting
-/// the lookup's first cache miss (even an unfenced TSC read waits for
-/// earlier loads on this project's AMD machine); BENCHMARKS.md has the runs.
+/// the lookup's first cache miss (an unfenced TSC read does not wait for
+/// earlier loads, but on this project's AMD machine it is ~36 micro-ops,
+/// which crowd the out-of-order window); BENCHMARKS.md has the runs.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     #[cfg(target_os = "linux")]

@@ -11,7 +11,15 @@
 //!   `get hit, uniform` row measures too);
 //! * `chained`: each key depends on the previous get's result, so no two
 //!   gets overlap: the latency of one lookup, misses in a row.
-//! * `insert`: N inserts into a fresh map, as the compare bench's insert row.
+//! * `insert`: N inserts into a fresh map, as the compare bench's insert row;
+//!   `plain insert + clock` adds one exact clock read per insert, which a
+//!   TTL insert cannot do without.
+//! * `plain + rdtsc`, `plain + 36 adds` (x86-64): the plain map's
+//!   independent get followed by one unfenced TSC read, or by 36
+//!   independent register additions. If the two slow the plain map's get
+//!   alike, a TSC read costs a loop of lookups its micro-ops (which fill the
+//!   out-of-order window, so fewer gets' misses overlap), not a wait for
+//!   earlier loads.
 //!
 //! Ratios only (2-vCPU VM); three rounds, printed as they come.
 
@@ -52,6 +60,34 @@ fn chained(get: impl Fn(u64) -> Option<u64>) -> f64 {
     per_op(start, OPS)
 }
 
+/// One unfenced TSC read.
+#[cfg(target_arch = "x86_64")]
+fn tsc() -> u64 {
+    // SAFETY: `rdtsc` exists on every x86-64 CPU and only reads the counter.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+}
+
+/// 36 register additions in two independent chains: micro-ops that do
+/// nothing but take room in the out-of-order window.
+#[cfg(target_arch = "x86_64")]
+fn adds() -> u64 {
+    let (a, b): (u64, u64);
+    // SAFETY: only two registers, chosen by the compiler, are written; no
+    // memory, stack or flags the compiler relies on are touched.
+    unsafe {
+        std::arch::asm!(
+            ".rept 18", "add {a}, 1", "add {b}, 1", ".endr",
+            a = inout(reg) 0u64 => a,
+            b = inout(reg) 0u64 => b,
+            options(nomem, nostack),
+        );
+    }
+    a ^ b
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; anything else (e.g. a test run) skips.
     if !std::env::args().any(|a| a == "--bench") {
@@ -70,11 +106,34 @@ fn main() {
             plain.write().insert(mix64(i), i);
         }
         let plain_insert = per_op(start, N);
+        // The same inserts into a fresh plain map, each also reading the
+        // exact clock (`Instant::now`, the vDSO), as a TTL insert must.
+        let timed = Plain::default();
+        let start = Instant::now();
+        for i in 0..N {
+            // Read under the lock, as `ExpireMap::put` does (cheaper than
+            // before it: the read then waits for less).
+            let mut map = timed.write();
+            black_box(Instant::now());
+            map.insert(mix64(i), i);
+        }
+        let timed_insert = per_op(start, N);
+        drop(timed);
 
         let em_ind = independent(|k| em.get(&k));
         let plain_ind = independent(|k| plain.read().get(&k).copied());
         let em_ch = chained(|k| em.get(&k));
         let plain_ch = chained(|k| plain.read().get(&k).copied());
+        #[cfg(target_arch = "x86_64")]
+        {
+            let with_tsc = independent(|k| plain.read().get(&k).copied().map(|v| v ^ tsc()));
+            let with_adds = independent(|k| plain.read().get(&k).copied().map(|v| v ^ adds()));
+            println!(
+                "round {round}: plain get {plain_ind:.0} ns | plain + rdtsc {with_tsc:.0} ns | \
+                 plain + 36 adds {with_adds:.0} ns | plain insert {plain_insert:.0} ns | \
+                 plain insert + clock {timed_insert:.0} ns"
+            );
+        }
         println!(
             "round {round}: insert {em_insert:.0} vs {plain_insert:.0} ns ({:.2}x) | \
              get independent {em_ind:.0} vs {plain_ind:.0} ns ({:.2}x) | \

@@ -169,14 +169,15 @@ impl Time {
     /// lock; the default clock after `lock` and after `warm` has started
     /// loading what the operation touches first (its table slot).
     ///
-    /// Why the order matters: every clock read here waits for the loads
-    /// before it to complete, not just to issue. The exact read has the
-    /// vDSO's fence; the cheap bound's unfenced `rdtsc` waits too, on this
-    /// project's AMD EPYC machine. Read first, it waited for the previous
-    /// operation's cache misses, and then this operation's misses started;
-    /// after a prefetch (which it does not wait for), this operation's first
-    /// miss is already in flight. A loop of `get`s over 10^6 entries took
-    /// ~165 instead of ~227 ns each (`cargo bench --bench lookup_loop`).
+    /// Why the order matters: a clock read holds up the instructions after
+    /// it. The exact read has the vDSO's fence, which waits for every
+    /// earlier load to complete; the cheap bound's unfenced `rdtsc` does not
+    /// wait for loads, but on this project's AMD EPYC machine it is ~36
+    /// micro-ops, which fill the out-of-order window ahead of this
+    /// operation's loads. Read first, the clock delayed this operation's
+    /// misses; after a prefetch (which nothing waits for), this operation's
+    /// first miss is already in flight. A loop of `get`s over 10^6 entries
+    /// took ~165 instead of ~227 ns each (`cargo bench --bench lookup_loop`).
     /// The default clock's code is ours, so reading it under the lock keeps
     /// user code out; the lock is held ~20-40 ns longer.
     #[inline]
