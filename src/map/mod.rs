@@ -181,22 +181,27 @@ impl Time {
     /// The default clock's code is ours, so reading it under the lock keeps
     /// user code out; the lock is held ~20-40 ns longer.
     #[inline]
-    fn around<G, T>(
+    fn around<G, W, T>(
         &self,
         lock: impl FnOnce() -> G,
-        warm: impl FnOnce(&G),
+        warm: impl FnOnce(&G) -> W,
         read: impl FnOnce(&Time) -> T,
-    ) -> (G, T) {
+    ) -> (G, W, T) {
         match self {
-            Time::System(_) => {
+            &Time::System(c) => {
                 let guard = lock();
-                warm(&guard);
-                let t = read(self);
-                (guard, t)
+                let w = warm(&guard);
+                // A local copy: `read` need not load and test the variant
+                // again after the lock (an atomic operation, after which the
+                // compiler must reload `self`).
+                let t = read(&Time::System(c));
+                (guard, w, t)
             }
             Time::Other { .. } => {
                 let t = read(self);
-                (lock(), t)
+                let guard = lock();
+                let w = warm(&guard);
+                (guard, w, t)
             }
         }
     }
@@ -429,8 +434,8 @@ where
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (shard, t) = inner.around(hash, |l| l.read(), time);
-        let (value, deadline) = shard.get(hash, key)?;
+        let (shard, home, t) = inner.around(hash, |l| l.read(), |s| s.start(hash), time);
+        let (value, deadline) = shard.get_from(home, hash, key)?;
         f(t, value, deadline)
     }
 
@@ -576,28 +581,30 @@ where
         &self.shards[i]
     }
 
-    /// Takes the lock of `hash`'s shard with `lock` and reads the time with
+    /// Takes the lock of `hash`'s shard with `lock`, starts loading what
+    /// the operation touches first with `warm`, and reads the time with
     /// `read`, in the order [`Time::around`] explains.
     #[inline]
-    fn around<'a, G, T>(
+    fn around<'a, G, W, T>(
         &'a self,
         hash: u64,
         lock: impl FnOnce(&'a RwLock<Shard<K, V>>) -> G,
+        warm: impl FnOnce(&Shard<K, V>) -> W,
         read: impl FnOnce(&Time) -> T,
-    ) -> (G, T)
+    ) -> (G, W, T)
     where
         G: std::ops::Deref<Target = Shard<K, V>>,
     {
         let shard = self.shard(hash);
-        self.clock
-            .around(|| lock(shard), |guard| guard.prefetch(hash), read)
+        self.clock.around(|| lock(shard), |guard| warm(guard), read)
     }
 
     /// The write lock of `hash`'s shard and the exact time, for the
     /// operations that change a shard.
     #[inline]
     fn write_now(&self, hash: u64) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64) {
-        self.around(hash, |l| l.write(), Time::now)
+        let (guard, (), now) = self.around(hash, |l| l.write(), |s| s.prefetch(hash), Time::now);
+        (guard, now)
     }
 
     /// Called under the shard's write lock after a deadline was set: does the

@@ -24,6 +24,7 @@
 //!   early and at most one tick (less than one precision) late. Reads compare
 //!   the exact deadline.
 
+pub(crate) use super::table::Home;
 use super::table::{Probe, Table};
 use crate::timer::{Links, Lists, NIL};
 use std::borrow::Borrow;
@@ -124,6 +125,19 @@ impl<K, V> Nodes<K, V> {
         self.len += 1;
     }
 
+    /// Node `index`, without bounds checks.
+    ///
+    /// # Safety
+    ///
+    /// `index < self.len()`.
+    #[inline]
+    unsafe fn get_unchecked(&self, index: usize) -> &Node<K, V> {
+        let (chunk, at) = Self::split(index);
+        // SAFETY: every index below `len` was pushed: its chunk exists and
+        // holds at least `at + 1` nodes (`push` fills chunks in order).
+        unsafe { self.chunks.get_unchecked(chunk).get_unchecked(at) }
+    }
+
     /// Node `index` and its hash bits, if the slab has them.
     #[inline]
     fn get(&self, index: usize) -> Option<(&Node<K, V>, &u32)> {
@@ -181,9 +195,24 @@ impl<K, V> Slab<K, V> {
     /// for every index stored in the table.
     #[inline]
     unsafe fn kv(&self, index: u32) -> &(K, V) {
-        // SAFETY: the caller guarantees `index` is live, and a live node's
-        // `kv` is initialised (slab invariant).
-        unsafe { self.nodes[index as usize].kv.assume_init_ref() }
+        // SAFETY: the caller guarantees `index` is live, so below `len`
+        // (see `live`), and a live node's `kv` is initialised (slab
+        // invariant).
+        unsafe { self.live(index).kv.assume_init_ref() }
+    }
+
+    /// Live node `index`, without bounds checks: a lookup's node access is
+    /// on the path of every `get`, whose instruction count sets how fast a
+    /// loop of them runs (BENCHMARKS.md, seventh session).
+    ///
+    /// # Safety
+    ///
+    /// `index` must be live (as for [`kv`](Self::kv)).
+    #[inline]
+    unsafe fn live(&self, index: u32) -> &Node<K, V> {
+        // SAFETY: a live node was pushed and never popped (the slab only
+        // grows), so `index < nodes.len()`.
+        unsafe { self.nodes.get_unchecked(index as usize) }
     }
 
     /// Moves the key and value out of node `index`, leaving it uninitialised.
@@ -477,19 +506,38 @@ impl<K, V> Shard<K, V> {
         self.table.prefetch(hash as u32);
     }
 
+    /// Starts a lookup of `hash`: hints the CPU to load its table slot, and
+    /// returns where [`get_from`](Self::get_from) continues.
+    #[inline]
+    pub(crate) fn start(&self, hash: u64) -> Home {
+        self.table.start(hash as u32)
+    }
+
     /// The value and exact deadline of the entry for `key`, live or not:
     /// the caller compares the deadline with the time.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn get<Q>(&self, hash: u64, key: &Q) -> Option<(&V, u64)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        self.get_from(self.start(hash), hash, key)
+    }
+
+    /// [`get`](Self::get) from `home`, which [`start`](Self::start) gave
+    /// for `hash` under the same lock.
+    #[inline]
+    pub(crate) fn get_from<Q>(&self, home: Home, hash: u64, key: &Q) -> Option<(&V, u64)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let slab = &self.wheel.slab;
-        let index = self.table.find(hash as u32, is_key(slab, key))?;
-        let deadline = slab.nodes[index as usize].deadline;
+        let index = self.table.find_from(home, hash as u32, is_key(slab, key))?;
         // SAFETY: the table holds only live indices (slab invariant).
-        Some((&unsafe { slab.kv(index) }.1, deadline))
+        let node = unsafe { slab.live(index) };
+        // SAFETY: as above; a live node's `kv` is initialised.
+        Some((&unsafe { node.kv.assume_init_ref() }.1, node.deadline))
     }
 
     /// Inserts or overwrites with the key and value in `kv` (which must

@@ -63,7 +63,8 @@ const TAG_MUL: u32 = 0x85EB_CA6B;
 /// Index bits of a new table: 4,094 slab indices before the first widening.
 const MIN_INDEX_BITS: u32 = 12;
 
-/// Smallest non-empty table, in slots.
+/// Slots of a table's first growth (from the single empty slot of a new
+/// table).
 const MIN_SLOTS: usize = 8;
 
 /// Largest table, in slots: the home slot is a 32-bit value. A shard's slab
@@ -84,6 +85,10 @@ fn next_len(len: usize) -> usize {
     }
 }
 
+/// The home slot of a lookup, from [`Table::start`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Home(usize);
+
 /// Where [`Table::probe`] stopped.
 pub(crate) enum Probe {
     /// The key is held, at this slab index.
@@ -95,7 +100,9 @@ pub(crate) enum Probe {
 /// A linear-probing table of `tag | slab index` slots.
 #[derive(Debug)]
 pub(crate) struct Table {
-    /// Empty, or a length from [`next_len`]'s sequence: `2^k` or `3 * 2^k`.
+    /// One empty slot (a new table), or a length from [`next_len`]'s
+    /// sequence: `2^k` or `3 * 2^k`. Never zero slots, so a probe never
+    /// checks for a missing table: it meets an empty slot.
     slots: Box<[u32]>,
     /// The index bits of a slot (`2^b - 1`); the other bits are the tag.
     index_mask: u32,
@@ -105,7 +112,7 @@ pub(crate) struct Table {
 impl Table {
     pub(crate) fn new() -> Self {
         Self {
-            slots: Box::new([]),
+            slots: Box::new([EMPTY]),
             index_mask: (1 << MIN_INDEX_BITS) - 1,
             len: 0,
         }
@@ -117,8 +124,7 @@ impl Table {
     }
 
     /// The slot where a probe for hash bits `h32` starts: the Fibonacci
-    /// hash as a fraction of 2^32, times the slot count. Only for a
-    /// non-empty table.
+    /// hash as a fraction of 2^32, times the slot count.
     #[inline]
     fn home(&self, h32: u32) -> usize {
         // < 2^32 * len / 2^32 = len, and len <= 2^32 fits the product.
@@ -152,27 +158,35 @@ impl Table {
     /// `eq`, if any.
     #[inline]
     fn position(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<usize> {
-        if self.len == 0 {
-            return None;
-        }
-        self.scan(h32, eq).ok()
+        self.scan(h32, eq).ok().map(|(at, _)| at)
     }
 
-    /// Walks the cluster from the home slot of `h32`: `Ok(position)` of the
-    /// slot whose tag matches and whose index satisfies `eq`, or
-    /// `Err(position)` of the empty slot that ends the walk. Only for a
-    /// non-empty table (one with slots).
+    /// Walks the cluster from the home slot of `h32`: `Ok((position,
+    /// index))` of the slot whose tag matches and whose index satisfies
+    /// `eq`, or `Err(position)` of the empty slot that ends the walk (every
+    /// table has one).
     #[inline]
-    fn scan(&self, h32: u32, mut eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
+    fn scan(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Result<(usize, u32), usize> {
+        self.scan_from(self.home(h32), h32, eq)
+    }
+
+    /// [`scan`](Self::scan) from `home`, which must be `self.home(h32)`.
+    #[inline]
+    fn scan_from(
+        &self,
+        home: usize,
+        h32: u32,
+        mut eq: impl FnMut(u32) -> bool,
+    ) -> Result<(usize, u32), usize> {
         let (index_mask, tag) = (self.index_mask, self.tag(h32));
-        let mut i = self.home(h32);
+        let mut i = home;
         loop {
             let s = self.slots[i];
             if s == EMPTY {
                 return Err(i);
             }
             if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
-                return Ok(i);
+                return Ok((i, s & index_mask));
             }
             i = self.next(i);
         }
@@ -181,16 +195,36 @@ impl Table {
     /// Hints the CPU to start loading the home slot of hash bits `h32`.
     #[inline]
     pub(crate) fn prefetch(&self, h32: u32) {
-        if !self.slots.is_empty() {
-            super::prefetch(&self.slots[self.home(h32)]);
-        }
+        self.start(h32);
+    }
+
+    /// Starts a lookup of hash bits `h32`: hints the CPU to load its home
+    /// slot, and returns that slot for [`find_from`](Self::find_from), so
+    /// the lookup does not compute it twice. Valid until the table changes.
+    #[inline]
+    pub(crate) fn start(&self, h32: u32) -> Home {
+        let home = self.home(h32);
+        super::prefetch(&self.slots[home]);
+        Home(home)
+    }
+
+    /// [`find`](Self::find) from `home`, which [`start`](Self::start) gave
+    /// for `h32` with the table unchanged since.
+    #[inline]
+    pub(crate) fn find_from(
+        &self,
+        home: Home,
+        h32: u32,
+        eq: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        debug_assert_eq!(home.0, self.home(h32));
+        self.scan_from(home.0, h32, eq).ok().map(|(_, index)| index)
     }
 
     /// The slab index held for hash bits `h32` that satisfies `eq`.
     #[inline]
     pub(crate) fn find(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        self.position(h32, eq)
-            .map(|i| self.slots[i] & self.index_mask)
+        self.scan(h32, eq).ok().map(|(_, index)| index)
     }
 
     /// Finds the index for `h32`/`eq`, or makes room for one more slot that
@@ -217,7 +251,7 @@ impl Table {
             self.grow(hash_of);
         }
         match self.scan(h32, eq) {
-            Ok(at) => Probe::Found(self.slots[at] & self.index_mask),
+            Ok((_, index)) => Probe::Found(index),
             Err(at) => Probe::Vacant(at),
         }
     }
@@ -347,8 +381,9 @@ impl Table {
     pub(crate) fn validate(&self, hash_of: impl Fn(u32) -> u32) {
         let held = self.slots.iter().filter(|&&s| s != EMPTY).count();
         assert_eq!(held, self.len, "table len mismatch");
+        assert!(!self.slots.is_empty(), "a table without slots");
         assert!(
-            self.slots.is_empty()
+            self.slots.len() == 1
                 || held * 4 <= self.slots.len() * 3
                 || self.slots.len() as u64 == MAX_SLOTS
         );
