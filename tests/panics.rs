@@ -2,31 +2,12 @@
 //! nor leaves a shard inconsistent.
 
 mod common;
-use common::MS;
+use common::{MS, Touchy};
 use expiremap::{ExpireMap, ManualClock};
-use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// A key whose Hash panics for 13 and whose Eq panics when comparing 7.
-#[derive(Clone, Debug)]
-struct Touchy(u32);
-impl Hash for Touchy {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        assert_ne!(self.0, 13, "hash panic");
-        // Everything collides, so lookups always run Eq.
-        0u8.hash(h);
-    }
-}
-impl PartialEq for Touchy {
-    fn eq(&self, other: &Self) -> bool {
-        assert!(self.0 != 7 && other.0 != 7, "eq panic");
-        self.0 == other.0
-    }
-}
-impl Eq for Touchy {}
 
 fn quiet<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
     catch_unwind(AssertUnwindSafe(f))

@@ -46,3 +46,21 @@ pub fn seed(default: u64) -> u64 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
 }
+
+/// A key whose `Hash` panics for 13 and whose `Eq` panics when comparing
+/// 7. Every other key hashes alike, so lookups always run `Eq`.
+#[derive(Clone, Debug)]
+pub struct Touchy(pub u32);
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        assert_ne!(self.0, 13, "hash panic");
+        0u8.hash(h);
+    }
+}
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Self) -> bool {
+        assert!(self.0 != 7 && other.0 != 7, "eq panic");
+        self.0 == other.0
+    }
+}
+impl Eq for Touchy {}

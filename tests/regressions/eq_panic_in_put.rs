@@ -5,31 +5,14 @@
 //! them in a slot owned by `put` outside the locked block until the probe is
 //! over, so the unwinding drops them after the lock guard.
 
+use crate::common::Touchy;
 use expiremap::{ExpireMap, ManualClock};
-use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-/// Every key collides (so a probe always runs `Eq`), and `Eq` panics when
-/// it compares key 7.
-#[derive(Clone, Debug)]
-struct Key(u32);
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        0u8.hash(h);
-    }
-}
-impl PartialEq for Key {
-    fn eq(&self, other: &Self) -> bool {
-        assert!(self.0 != 7 && other.0 != 7, "eq panic");
-        self.0 == other.0
-    }
-}
-impl Eq for Key {}
-
-type Map = ExpireMap<Key, Value>;
+type Map = ExpireMap<Touchy, Value>;
 
 /// A value that, when dropped, reads the map (`len` takes every shard's
 /// read lock). Under the same thread's write lock that never returns.
@@ -55,7 +38,7 @@ fn key_and_value_are_dropped_outside_the_lock_when_eq_panics_in_put() {
     );
     slot.set(Arc::downgrade(&map)).ok().unwrap();
     map.put(
-        Key(1),
+        Touchy(1),
         Value(Arc::new(OnceLock::new())),
         Duration::from_secs(1),
     );
@@ -66,7 +49,7 @@ fn key_and_value_are_dropped_outside_the_lock_when_eq_panics_in_put() {
     let writer = Arc::clone(&map);
     std::thread::spawn(move || {
         let put = catch_unwind(AssertUnwindSafe(|| {
-            writer.put(Key(7), Value(slot), Duration::from_secs(1))
+            writer.put(Touchy(7), Value(slot), Duration::from_secs(1))
         }));
         let _ = tx.send(put.is_err());
     });
@@ -76,5 +59,5 @@ fn key_and_value_are_dropped_outside_the_lock_when_eq_panics_in_put() {
     assert!(panicked, "Eq should have panicked");
     // The map is intact and usable.
     assert_eq!(map.len(), 1);
-    assert!(map.contains_key(&Key(1)));
+    assert!(map.contains_key(&Touchy(1)));
 }
