@@ -171,8 +171,9 @@
 //! The map's operations do not panic on any input. A panic in user `Hash`,
 //! `Eq` or `Clone` propagates to the caller and leaves the shard consistent
 //! (parking_lot locks do not poison); if `Eq` panics inside `put`, the key
-//! and value being put are dropped after the shard lock is released. A panic in a value's `Drop` on the
-//! eviction thread is caught; the thread carries on.
+//! and value being put are dropped after the shard lock is released. A
+//! panic in a value's `Drop` on the eviction thread is caught; the thread
+//! carries on.
 //! [`Builder::build`] panics on invalid settings ([`Builder::try_build`]
 //! returns the error instead).
 //!
