@@ -603,7 +603,8 @@ where
     /// operations that change a shard.
     #[inline]
     fn write_now(&self, hash: u64) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64) {
-        let (guard, (), now) = self.around(hash, |l| l.write(), |s| s.prefetch(hash), Time::now);
+        // The home slot is only a hint here: the write may grow the table.
+        let (guard, _, now) = self.around(hash, |l| l.write(), |s| s.start(hash), Time::now);
         (guard, now)
     }
 

@@ -500,14 +500,9 @@ impl<K, V> Shard<K, V> {
         self.wheel.len
     }
 
-    /// Hints the CPU to load the table slot where a lookup of `hash` starts.
-    #[inline]
-    pub(crate) fn prefetch(&self, hash: u64) {
-        self.table.prefetch(hash as u32);
-    }
-
     /// Starts a lookup of `hash`: hints the CPU to load its table slot, and
-    /// returns where [`get_from`](Self::get_from) continues.
+    /// returns where [`get_from`](Self::get_from) continues (a write, which
+    /// may grow the table, only wants the hint).
     #[inline]
     pub(crate) fn start(&self, hash: u64) -> Home {
         self.table.start(hash as u32)
