@@ -56,8 +56,19 @@ mod tsc {
 /// clock.advance(Duration::from_millis(3));
 /// assert_eq!(clock.now(), 3_000_000);
 /// ```
+///
+/// # Called under a shard lock
+///
+/// A map reads its clock *after* it has taken the shard lock of the entry
+/// an operation works on, so that whether an entry has expired is decided
+/// with the time at which the operation acts, however long it waited for
+/// the lock. `now` therefore runs while that lock is held: it must be quick,
+/// and it must not call into a map that uses this clock (that would wait on
+/// the lock it is called under). A panic in `now` propagates to the caller
+/// and leaves the map unchanged.
 pub trait Clock: Send + Sync + 'static {
-    /// Nanoseconds since the clock's origin. Must never decrease.
+    /// Nanoseconds since the clock's origin. Must never decrease (a reading
+    /// below an earlier one is taken as the earlier one).
     fn now(&self) -> u64;
 
     /// `true` if time passes on its own (the eviction thread may sleep for a

@@ -157,8 +157,10 @@
 //! # User code and locks
 //!
 //! Keys are hashed before any lock is taken. While a shard lock is held the
-//! only user code that runs is `Eq` (inside a lookup) and `V::clone` (in
-//! `get`, `get_with_ttl`): they must not call back into the same map. Values
+//! only user code that runs is `Eq` (inside a lookup), `V::clone` (in
+//! `get`, `get_with_ttl`) and a user [`Clock`]'s `now` (the time is read
+//! after the lock is taken, so that "expired or not" is decided at the
+//! instant the operation acts): they must not call back into the same map. Values
 //! that leave the map are dropped, and events published, after the lock is
 //! released; subscribers run on their own threads and may call back into the
 //! map, subscribe, or drop it. One case can still wait on itself: a

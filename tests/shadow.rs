@@ -31,8 +31,10 @@ struct Model {
 
 /// Whether eviction at `now` takes an entry with `deadline`: its timer tick,
 /// the first tick after the deadline, has been reached.
+/// At the clock's last instant, `u64::MAX`, every deadline but `u64::MAX`
+/// (saturated: live forever) is due, the last tick's included.
 fn evictable(deadline: u64, now: u64) -> bool {
-    (deadline >> SHIFT) < now >> SHIFT
+    (deadline >> SHIFT) < now >> SHIFT || (now == u64::MAX && deadline < u64::MAX)
 }
 
 fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
@@ -47,7 +49,7 @@ fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
 }
 
 fn single_threaded(seed: u64, ops: usize) {
-    single_threaded_with(seed, ops, ahash::RandomState::new());
+    single_threaded_with(seed, ops, ahash::RandomState::new(), 0, 40);
 }
 
 /// A hasher whose hashes share few values in their low 32 bits (the bits a
@@ -86,13 +88,15 @@ impl std::hash::Hasher for CollidingHasher {
     }
 }
 
-fn single_threaded_with<S>(seed: u64, ops: usize, hasher: S)
+/// One seeded run; the clock starts `rng.below(1 << spread)` ns after
+/// `origin` (an origin near `u64::MAX` runs into the end of time).
+fn single_threaded_with<S>(seed: u64, ops: usize, hasher: S, origin: u64, spread: u32)
 where
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
     println!("shadow single-threaded: seed={seed} ops={ops} (rerun with EXPIREMAP_SEED={seed})");
     let mut rng = Rng(seed);
-    let clock = ManualClock::starting_at(rng.below(1 << 40));
+    let clock = ManualClock::starting_at(origin.saturating_add(rng.below(1 << spread)));
     let map = ExpireMap::<u64, u64>::builder()
         .hasher(hasher)
         .clock(clock.clone())
@@ -183,6 +187,8 @@ where
             }
             78..=89 => {
                 let by = match rng.below(6) {
+                    // Rarely, to the end of time.
+                    0 if rng.below(5_000) == 0 => u64::MAX,
                     0 => 0,
                     1 => 1,
                     2 => {
@@ -215,9 +221,11 @@ where
                 assert_eq!(got, want, "{ctx}: evicted set");
             }
             97 => {
-                // next_expiry is a hint no later than the first eviction tick
+                // next_expiry is a hint no later than the first eviction
+                // tick; `None` only when nothing held will ever expire.
                 let first = model
                     .values()
+                    .filter(|m| m.deadline < u64::MAX)
                     .map(|m| {
                         let tick = (m.deadline >> SHIFT) + 1;
                         if tick > u64::MAX >> SHIFT {
@@ -232,6 +240,12 @@ where
                     (Some(w), Some(f)) => assert!(
                         w.as_nanos() as u64 <= f.saturating_sub(t),
                         "{ctx}: next_expiry {w:?} later than {f} - {t}"
+                    ),
+                    // Work on saturated entries (moving them down the
+                    // wheel) may still be planned; never at the end of time.
+                    (Some(_), None) => assert!(
+                        !model.is_empty() && t < u64::MAX,
+                        "{ctx}: next_expiry with nothing to expire"
                     ),
                     (a, b) => panic!("{ctx}: next_expiry {a:?} vs model {b:?}"),
                 }
@@ -332,6 +346,27 @@ fn shadow_single_threaded_colliding_hashes() {
             base.wrapping_add(i as u64),
             scaled(50_000),
             Colliding { low },
+            0,
+            40,
+        );
+    }
+}
+
+/// The same model at the end of the clock's range: the clock starts 1 to
+/// 17 s before `u64::MAX` and runs into it, TTLs saturate to deadlines that
+/// never expire, and the last tick (which has no tick after it) is due only
+/// at `u64::MAX`.
+#[test]
+fn shadow_single_threaded_at_the_end_of_time() {
+    let base = seed(0x0E1D);
+    for i in 0..4 {
+        let spread = 30 + 2 * i as u32;
+        single_threaded_with(
+            base.wrapping_add(i),
+            scaled(50_000),
+            ahash::RandomState::new(),
+            u64::MAX - (1 << spread) - (1 << 30),
+            spread,
         );
     }
 }

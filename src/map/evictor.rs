@@ -27,7 +27,11 @@ use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use std::time::Duration;
 
 /// `planned` while the thread is (re)planning or has nothing planned: every
-/// new deadline is earlier, so every writer kicks.
+/// new eviction time is earlier, or equal (`u64::MAX`, the end of a clock's
+/// range), and a writer kicks for both (see
+/// [`needs_kick`](Signal::needs_kick)). Only `planned` uses this value;
+/// [`wait`](Signal::wait) takes "nothing planned" as `None`, so a clock at
+/// `u64::MAX` never makes "nothing planned" due.
 pub(crate) const NONE_PLANNED: u64 = u64::MAX;
 
 #[derive(Debug, Default)]
@@ -78,7 +82,12 @@ impl Signal {
     /// evictable at `evict_at` (clock ns): does the thread need a kick?
     #[inline]
     pub(crate) fn needs_kick(&self, evict_at: u64) -> bool {
-        evict_at < self.planned.load(Ordering::SeqCst)
+        let planned = self.planned.load(Ordering::SeqCst);
+        // A wake-up at `u64::MAX` kicks a thread planning nothing: that value
+        // of `planned` cannot tell "nothing" from "at u64::MAX", and one
+        // extra plan is harmless. Entries that never expire have no
+        // eviction time (the caller does not ask).
+        evict_at < planned || planned == NONE_PLANNED
     }
 
     /// Wakes the thread to plan again. Called after the shard lock is released.
@@ -111,11 +120,13 @@ impl Signal {
         self.planned.store(NONE_PLANNED, Ordering::SeqCst);
     }
 
-    /// Step 2: publishes `target` and waits for it, a kick or shutdown.
-    /// `now` reads the clock; `real_time` says whether timed waits are real.
-    pub(crate) fn wait(&self, target: u64, real_time: bool, now: impl Fn() -> u64) -> Wake {
+    /// Step 2: publishes `target` (`None`: nothing planned) and waits for
+    /// it, a kick or shutdown. `now` reads the clock; `real_time` says
+    /// whether timed waits are real.
+    pub(crate) fn wait(&self, target: Option<u64>, real_time: bool, now: impl Fn() -> u64) -> Wake {
         let mut st = self.state.lock();
-        self.planned.store(target, Ordering::SeqCst);
+        self.planned
+            .store(target.unwrap_or(NONE_PLANNED), Ordering::SeqCst);
         loop {
             if st.shutdown {
                 return Wake::Shutdown;
@@ -124,14 +135,19 @@ impl Signal {
                 st.kicked = false;
                 return Wake::Kicked;
             }
-            let t = now();
-            if t >= target {
-                return Wake::Due;
-            }
-            if target == NONE_PLANNED || !real_time {
-                self.cv.wait(&mut st);
-            } else {
-                self.cv.wait_for(&mut st, Duration::from_nanos(target - t));
+            match target {
+                Some(target) => {
+                    let t = now();
+                    if t >= target {
+                        return Wake::Due;
+                    }
+                    if real_time {
+                        self.cv.wait_for(&mut st, Duration::from_nanos(target - t));
+                    } else {
+                        self.cv.wait(&mut st);
+                    }
+                }
+                None => self.cv.wait(&mut st),
             }
             self.wakeups.fetch_add(1, Ordering::Relaxed);
         }

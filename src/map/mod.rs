@@ -140,8 +140,6 @@ impl Time {
 
     /// An upper bound on [`now`](Self::now): a cheap one for the default
     /// clock, the exact time for a user clock (which has no cheap bound).
-    /// Read through [`around`](Self::around), so a user clock is read
-    /// before the shard lock, never under it.
     #[inline]
     fn now_at_most(&self) -> u64 {
         match self {
@@ -151,9 +149,7 @@ impl Time {
     }
 
     /// `true` if `deadline` has not passed, given `bound` from
-    /// [`now_at_most`](Self::now_at_most). Runs under a shard lock, so it
-    /// calls no user code: only the default clock's bound can leave the
-    /// question open, and then its exact read is ours too.
+    /// [`now_at_most`](Self::now_at_most), read under the same shard lock.
     #[inline]
     fn live(&self, bound: u64, deadline: u64) -> bool {
         bound <= deadline
@@ -164,22 +160,22 @@ impl Time {
             }
     }
 
-    /// Takes `lock` and reads the time with `read`, in the order that costs
-    /// least: a user clock first, as its code must not run under a shard
-    /// lock; the default clock after `lock` and after `warm` has started
-    /// loading what the operation touches first (its table slot).
+    /// Takes `lock`, starts loading what the operation touches first with
+    /// `warm` (its table slot), and only then reads the time with `read`.
     ///
-    /// Why the order matters: a clock read holds up the instructions after
-    /// it. The exact read has the vDSO's fence, which waits for every
-    /// earlier load to complete; the cheap bound's unfenced `rdtsc` does not
-    /// wait for loads, but on this project's AMD EPYC machine it is ~36
-    /// micro-ops, which fill the out-of-order window ahead of this
-    /// operation's loads. Read first, the clock delayed this operation's
-    /// misses; after a prefetch (which nothing waits for), this operation's
-    /// first miss is already in flight. A loop of `get`s over 10^6 entries
-    /// took ~165 instead of ~227 ns each (`cargo bench --bench lookup_loop`).
-    /// The default clock's code is ours, so reading it under the lock keeps
-    /// user code out; the lock is held ~20-40 ns longer.
+    /// The time is read *after* the lock is held, whatever the clock: every
+    /// decision an operation makes about "expired or not" must hold at the
+    /// instant it acts, and a reading taken before waiting for the lock can
+    /// be any amount older than that (a slow lock holder, a preempted
+    /// thread). So a user [`Clock`] runs under the shard lock; its docs say
+    /// what that asks of it.
+    ///
+    /// Why after `warm`: a clock read holds up the instructions after it.
+    /// The exact read has the vDSO's fence, which waits for every earlier
+    /// load; the cheap bound's unfenced `rdtsc` does not wait for loads, but
+    /// its micro-ops fill the out-of-order window ahead of this operation's
+    /// loads. After a prefetch (which nothing waits for) this operation's
+    /// first cache miss is already in flight (BENCHMARKS.md, "lookup_loop").
     #[inline]
     fn around<G, W, T>(
         &self,
@@ -187,23 +183,16 @@ impl Time {
         warm: impl FnOnce(&G) -> W,
         read: impl FnOnce(&Time) -> T,
     ) -> (G, W, T) {
-        match self {
-            &Time::System(c) => {
-                let guard = lock();
-                let w = warm(&guard);
-                // A local copy: `read` need not load and test the variant
-                // again after the lock (an atomic operation, after which the
-                // compiler must reload `self`).
-                let t = read(&Time::System(c));
-                (guard, w, t)
-            }
-            Time::Other { .. } => {
-                let t = read(self);
-                let guard = lock();
-                let w = warm(&guard);
-                (guard, w, t)
-            }
-        }
+        let guard = lock();
+        let w = warm(&guard);
+        let t = match self {
+            // A local copy: `read` need not load and test the variant again
+            // after the lock (an atomic operation, after which the compiler
+            // must reload `self`).
+            &Time::System(c) => read(&Time::System(c)),
+            Time::Other { .. } => read(self),
+        };
+        (guard, w, t)
     }
 
     fn clock(&self) -> &dyn Clock {
@@ -511,8 +500,7 @@ where
     pub fn clear(&self) {
         let inner = &*self.inner;
         for shard in inner.shards.iter() {
-            let now = inner.clock.now();
-            let taken = shard.write().take_all(now);
+            let (taken, now) = inner.take_all(shard);
             inner.drain_shard(taken, now, Cause::Removed);
         }
     }
@@ -521,13 +509,34 @@ where
     /// due when it starts (up to one precision after its deadline), in
     /// bounded batches. Returns the number evicted.
     pub fn evict_expired(&self) -> usize {
-        self.inner.evict_all(self.inner.clock.now())
+        self.inner.evict_all()
     }
 
-    /// `None` if the map is empty; otherwise how long until
-    /// [`evict_expired`](Self::evict_expired) has work. Advancing the clock by
-    /// it and then calling `evict_expired` always makes progress. A wake-up
-    /// hint for maps driven without the background thread.
+    /// `None` if nothing held will ever expire: the map is empty, or holds
+    /// only entries whose deadline saturated (a `ttl` that reaches past the
+    /// clock's range, which never expires). Otherwise how long until
+    /// [`evict_expired`](Self::evict_expired) has work: advancing the clock by
+    /// it and then calling `evict_expired` always makes progress, so a loop
+    /// of the two ends. A wake-up hint for maps driven without the
+    /// background thread.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map = ExpireMap::<u32, u32>::builder()
+    ///     .clock(clock.clone())
+    ///     .background_eviction(false)
+    ///     .build();
+    /// map.put(1, 1, Duration::from_millis(5));
+    /// map.put(2, 2, Duration::MAX); // saturates: never expires
+    /// while let Some(d) = map.next_expiry() {
+    ///     clock.advance(d);
+    ///     map.evict_expired();
+    /// }
+    /// assert_eq!((map.len(), map.get(&1), map.get(&2)), (1, None, Some(2)));
+    /// ```
     pub fn next_expiry(&self) -> Option<Duration> {
         let at = self.inner.next_wakeup()?;
         Some(Duration::from_nanos(
@@ -612,8 +621,9 @@ where
     /// eviction thread need a kick? (See the protocol in `evictor`.)
     #[inline]
     fn needs_kick(&self, shard: &Shard<K, V>, deadline: u64) -> bool {
-        self.signal
-            .needs_kick(shard.time_of(shard.tick_for(deadline)))
+        shard
+            .evictable_at(deadline)
+            .is_some_and(|at| self.signal.needs_kick(at))
     }
 
     /// Hands a value that left by `old.door` to that door: returns it
@@ -689,21 +699,38 @@ where
     /// `Closed`.
     fn shutdown(&self) {
         for shard in self.shards.iter() {
-            let now = self.clock.now();
-            let taken = shard.write().take_all(now);
+            let (taken, now) = self.take_all(shard);
             self.drain_shard(taken, now, Cause::Shutdown);
         }
         let sender = self.events.sender.write().take();
         drop(sender);
     }
 
-    /// Evicts everything due at `now`. Returns how many entries left.
-    fn evict_all(&self, now: u64) -> usize {
+    /// Takes every entry out of `shard`, with the time read under its lock:
+    /// the time that decides which of them leave as `Expired`.
+    fn take_all(&self, shard: &RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
+        let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), Time::now);
+        (guard.take_all(now), now)
+    }
+
+    /// Evicts everything due when each batch takes its shard's lock.
+    /// Returns how many entries left.
+    ///
+    /// Each batch reads the time under the lock it evicts under, and the
+    /// shard never evicts at a time below one it has already reached (see
+    /// [`Shard::evict`]): two callers at once, or a caller that waited long
+    /// for a lock, can only evict entries past their deadline, and each
+    /// event's removal time is at least its deadline + 1 ns.
+    fn evict_all(&self) -> usize {
         let mut total = 0;
         let mut batch = Vec::with_capacity(EVICT_BATCH);
         for shard in self.shards.iter() {
             loop {
-                let more = shard.write().evict(now, EVICT_BATCH, &mut batch);
+                let (more, now) = {
+                    let (mut guard, (), now) =
+                        self.clock.around(|| shard.write(), |_| (), Time::now);
+                    guard.evict(now, EVICT_BATCH, &mut batch)
+                };
                 total += batch.len();
                 self.release(&mut batch, now);
                 if !more {
@@ -749,22 +776,21 @@ where
         let mut last_pass: Option<u64> = None;
         loop {
             signal.begin_plan();
-            let target = match self.next_wakeup() {
-                None => evictor::NONE_PLANNED,
-                Some(t) => match last_pass {
-                    Some(last) => t.max(last.saturating_add(self.config.interval)),
-                    None => t,
-                },
-            };
+            let target = self.next_wakeup().map(|t| match last_pass {
+                Some(last) => t.max(last.saturating_add(self.config.interval)),
+                None => t,
+            });
             match signal.wait(target, real_time, || self.clock.now()) {
                 Wake::Shutdown => return,
                 Wake::Kicked => continue,
                 Wake::Due => {}
             }
+            // When the pass starts: each batch reads the time again under
+            // its lock, never earlier than this.
             let now = self.clock.now();
             // A pass cut short by a panicking user `Drop` left due entries
             // behind: it does not count, so the next plan retries at once.
-            if catch_unwind(AssertUnwindSafe(|| self.evict_all(now))).is_ok() {
+            if catch_unwind(AssertUnwindSafe(|| self.evict_all())).is_ok() {
                 last_pass = Some(now);
             }
             signal.passes.fetch_add(1, Ordering::Relaxed);

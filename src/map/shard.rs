@@ -178,13 +178,21 @@ impl<K, V> Slab<K, V> {
     /// See [`Shard::tick_for`].
     #[inline]
     fn tick_for(&self, deadline: u64) -> u64 {
-        (deadline >> self.shift) + 1 + self.phase
+        (deadline >> self.shift) + 1 + self.phase + u64::from(deadline == u64::MAX)
     }
 
-    /// The wheel tick that time `now` falls in.
+    /// The wheel tick that time `now` falls in; the clock's last instant,
+    /// `u64::MAX`, counts as the tick after the last (see "The end of time"
+    /// on [`Shard`]).
     #[inline]
     fn tick_of(&self, now: u64) -> u64 {
-        (now >> self.shift) + self.phase
+        (now >> self.shift) + self.phase + u64::from(now == u64::MAX)
+    }
+
+    /// The tick of deadline `u64::MAX`, which `tick_of` never reaches.
+    #[inline]
+    fn never(&self) -> u64 {
+        self.tick_for(u64::MAX)
     }
 
     /// The key and value of node `index`.
@@ -203,7 +211,7 @@ impl<K, V> Slab<K, V> {
 
     /// Live node `index`, without bounds checks: a lookup's node access is
     /// on the path of every `get`, whose instruction count sets how fast a
-    /// loop of them runs (BENCHMARKS.md, seventh session).
+    /// loop of them runs (BENCHMARKS.md, "Where a get's time goes").
     ///
     /// # Safety
     ///
@@ -450,6 +458,31 @@ impl<K, V> Drop for Wheel<K, V> {
 
 /// A hash table of slab indices plus a timer wheel whose nodes are the
 /// entries. See [`Wheel`] for the slab invariant.
+///
+/// # The end of time
+///
+/// An entry is live while `now <= deadline`, and its timer tick is the first
+/// that starts after its deadline. The clock's range ends at `u64::MAX`, so
+/// two cases get a tick of their own, keeping eviction exact there too:
+///
+/// * deadline `u64::MAX` (a saturated TTL) is live at every time, so it
+///   never expires: its tick is one past the last that `tick_of` can reach,
+///   and [`next_wakeup`](Shard::next_wakeup) does not report it;
+/// * time `u64::MAX` has no tick that starts after it, so `tick_of(u64::MAX)`
+///   is the tick after the last: every other deadline is below `u64::MAX`
+///   and is due then.
+///
+/// Overflow: `shift >= 1` and `phase < 2^62`, so every tick is at most
+/// `2^63 + 1 + 2^62`.
+///
+/// # Eviction time
+///
+/// [`evict`](Shard::evict) never evicts at a time below one the wheel has
+/// already reached: the wheel's due list holds exactly the entries whose
+/// tick it has passed, so a caller with an older reading of the clock would
+/// otherwise pop entries that are live at its time. The wheel only reaches a
+/// tick at a time that some caller read, so that floor is never in the
+/// future.
 pub(crate) struct Shard<K, V> {
     table: Table,
     wheel: Wheel<K, V>,
@@ -476,6 +509,14 @@ impl<K, V> Shard<K, V> {
                 len: 0,
             },
         }
+    }
+
+    /// When an entry with `deadline` becomes evictable (clock ns): the start
+    /// of its timer tick, the first that starts strictly after the deadline.
+    /// `None` for a deadline that never expires.
+    #[inline]
+    pub(crate) fn evictable_at(&self, deadline: u64) -> Option<u64> {
+        (deadline != u64::MAX).then(|| self.time_of(self.tick_for(deadline)))
     }
 
     /// The wheel tick at which an entry with `deadline` becomes evictable:
@@ -650,16 +691,35 @@ impl<K, V> Shard<K, V> {
         true
     }
 
-    /// Evicts at most `limit` entries whose timers are due at `now`, pushing
-    /// them to `out`. Returns `true` if more are due.
-    pub(crate) fn evict(&mut self, now: u64, limit: usize, out: &mut Vec<Removed<K, V>>) -> bool {
+    /// Evicts at most `limit` entries whose timers are due at `now`, or at
+    /// the time the wheel has already reached if that is later (see
+    /// "Eviction time" above), pushing them to `out`. Returns whether more
+    /// are due, and the time they were evicted at: every evicted deadline is
+    /// below it.
+    pub(crate) fn evict(
+        &mut self,
+        now: u64,
+        limit: usize,
+        out: &mut Vec<Removed<K, V>>,
+    ) -> (bool, u64) {
+        let now = now.max(self.time_of(self.wheel.lists.now()));
         let wheel = &mut self.wheel;
+        // tick_of(now) >= the wheel's tick, since the wheel's tick starts at
+        // or before `now`: `move_to` goes forward or stays.
         let now_tick = wheel.slab.tick_of(now);
         wheel.lists.move_to(&mut wheel.slab, now_tick);
         for _ in 0..limit {
-            let Some((index, e)) = wheel.pop_due() else {
-                return false;
+            let Some(index) = wheel.lists.first_due() else {
+                return (false, now);
             };
+            // Out of the table first, while the node is still live: a panic
+            // anywhere below leaves no table slot pointing at a vacant node.
+            let h32 = wheel.slab.nodes.hash(index);
+            let found = self.table.remove(h32, |i| i == index, hash_of(&wheel.slab));
+            debug_assert_eq!(found, Some(index), "due entry missing from the table");
+            let popped = wheel.lists.pop_due(&mut wheel.slab);
+            debug_assert_eq!(popped, Some(index));
+            let e = wheel.release(index, false);
             // The due list is a linked list, so its nodes arrive one cache
             // miss after another. Start loading the node (and hash bits) of
             // the one after next now, and the table slot of the next one,
@@ -669,15 +729,12 @@ impl<K, V> Shard<K, V> {
                 wheel.slab.prefetch(wheel.slab.links(next).1);
                 self.table.prefetch(wheel.slab.nodes.hash(next));
             }
-            // tick_for cannot overflow (see `new`), and
-            // tick_of(now) >= tick_for(deadline) means
-            // now >> shift > deadline >> shift, so a fired timer is always
-            // past its deadline.
+            // The wheel's tick is at most tick_of(now), so the entry's tick
+            // is too: below `u64::MAX`, now >> shift > deadline >> shift;
+            // at `u64::MAX`, deadline < u64::MAX (its tick is not `never`).
+            // Either way the entry is past its deadline (see "The end of
+            // time"). The state is consistent here whatever this says.
             debug_assert!(e.deadline < now);
-            let h32 = wheel.slab.nodes.hash(index);
-            self.table
-                .remove(h32, |i| i == index, hash_of(&wheel.slab))
-                .expect("entry missing from table");
             out.push(Removed {
                 key: e.key,
                 value: e.value,
@@ -685,12 +742,14 @@ impl<K, V> Shard<K, V> {
                 door: Door::Expired,
             });
         }
-        wheel.lists.first_due().is_some()
+        (wheel.lists.first_due().is_some(), now)
     }
 
-    /// When the wheel next has work, in clock nanoseconds (`None` if empty).
+    /// When the wheel next has work, in clock nanoseconds: `None` if it
+    /// holds nothing that will ever be due (see "The end of time").
     pub(crate) fn next_wakeup(&self) -> Option<u64> {
-        self.wheel.lists.next_wakeup().map(|t| self.time_of(t))
+        let tick = self.wheel.lists.next_wakeup()?;
+        (tick < self.wheel.slab.never()).then(|| self.time_of(tick))
     }
 
     /// Takes every entry out, leaving the shard empty, in O(1) under the lock

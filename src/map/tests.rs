@@ -60,7 +60,7 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
             }
             6 | 7 => now += rnd(3 * P),
             8 => {
-                while s.evict(now, 3, &mut out) {}
+                while s.evict(now, 3, &mut out).0 {}
                 for r in out.drain(..) {
                     let (v, d) = model.remove(&r.key).expect("evicted a key not held");
                     assert_eq!(r.value, v);
@@ -75,11 +75,26 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
                 // other threads' operations: it may leave due entries behind,
                 // which the operations that follow must handle (removed,
                 // touched or overwritten while on the due list).
-                s.evict(now, 1 + rnd(3) as usize, &mut out);
+                //
+                // Half the time with an older reading of the clock, as a
+                // caller of `evict_expired` that waited for the lock while
+                // another moved the wheel on: it must still evict only what
+                // is past its deadline at the time it reports, which is
+                // never after `now`.
+                let seen = if rnd(2) == 0 {
+                    now
+                } else {
+                    now.saturating_sub(rnd(4 * P))
+                };
+                let (_, at) = s.evict(seen, 1 + rnd(3) as usize, &mut out);
+                assert!(
+                    seen <= at && at <= now,
+                    "evicted at {at}, read {seen}, now {now}"
+                );
                 for r in out.drain(..) {
                     let (v, d) = model.remove(&r.key).expect("evicted a key not held");
                     assert_eq!(r.value, v);
-                    assert!(d < now, "evicted early");
+                    assert!(d < at, "evicted before its deadline");
                 }
             }
             _ => {
@@ -123,12 +138,83 @@ fn tick_shift_rounds_precision_down_to_a_power_of_two() {
     assert_eq!(tick_shift(3_600_000_000_000), 41);
 }
 
+/// Regression (two `evict_expired` calls at once): a caller whose time was
+/// read before another caller moved the wheel on popped entries from the
+/// due list that were still live at its time. In debug builds the
+/// `debug_assert!` on the deadline fired between popping the node and
+/// removing its table slot, so the unwinding left the table pointing at a
+/// vacant node (later lookups read freed memory); in release builds the
+/// event's removal time was before the deadline.
+#[test]
+fn an_older_time_never_evicts_a_live_entry() {
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0);
+    for k in 0..100 {
+        s.put_owned(h(k), k, k, (k + 1) * P, 0);
+    }
+    let mut out = Vec::new();
+    // The later caller moves the wheel to 50 ticks, one entry per batch.
+    let (more, at) = s.evict(50 * P, 1, &mut out);
+    assert!(more && at == 50 * P);
+    // The earlier caller, with a time read before the later one's.
+    let (more, at) = s.evict(10 * P, usize::MAX, &mut out);
+    assert!(!more);
+    assert_eq!(at, 50 * P, "evicts at the time the wheel reached");
+    assert_eq!(out.len(), 49);
+    for r in &out {
+        assert!(r.deadline < at, "deadline {} evicted at {at}", r.deadline);
+    }
+    s.validate();
+}
+
+/// Regression (a clock at `u64::MAX`): deadline `u64::MAX` (saturated) is
+/// live forever, and everything else is due once the clock reaches
+/// `u64::MAX`, including deadlines in the last tick, which has no tick after
+/// it. The wheel then reports no further work, so a driver loop of
+/// `next_expiry` and `evict_expired` ends instead of spinning.
+#[test]
+fn the_end_of_time_evicts_all_but_saturated_deadlines() {
+    let last_tick_start = (u64::MAX >> SHIFT) << SHIFT;
+    let deadlines = [
+        5 * P,
+        last_tick_start - 1,
+        last_tick_start,
+        u64::MAX - 1,
+        u64::MAX,
+    ];
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 37, 0);
+    for (k, &d) in deadlines.iter().enumerate() {
+        s.put_owned(h(k as u64), k as u64, k as u64, d, 0);
+    }
+    let mut out = Vec::new();
+    let mut wakeups = 0;
+    while let Some(at) = s.next_wakeup() {
+        wakeups += 1;
+        assert!(wakeups < 1_000, "the wheel keeps asking for passes");
+        let (_, when) = s.evict(at, usize::MAX, &mut out);
+        assert!(when >= at);
+        s.validate();
+    }
+    let mut gone: Vec<u64> = out.iter().map(|r| r.deadline).collect();
+    gone.sort_unstable();
+    assert_eq!(gone, &deadlines[..4]);
+    assert_eq!(s.len(), 1, "the saturated deadline stays");
+    assert_eq!(s.get(h(4), &4), Some((&4, u64::MAX)));
+    // Nothing more happens at the end of time.
+    assert!(!s.evict(u64::MAX, usize::MAX, &mut out).0);
+    assert_eq!((out.len(), s.next_wakeup()), (4, None));
+}
+
 #[test]
 fn time_of_saturates_instead_of_wrapping() {
     let s: Shard<u64, u64> = Shard::new(19, 0, 0);
     assert_eq!(s.time_of(3), 3 << 19);
     assert_eq!(s.time_of(s.tick_for(u64::MAX)), u64::MAX);
-    assert_eq!(s.tick_for(u64::MAX), (u64::MAX >> 19) + 1);
+    // A saturated deadline never expires: its tick is past every tick the
+    // clock reaches, even at u64::MAX, which reaches the tick after the last.
+    assert_eq!(s.tick_for(u64::MAX), (u64::MAX >> 19) + 2);
+    assert_eq!(s.tick_for(u64::MAX - 1), (u64::MAX >> 19) + 1);
+    assert_eq!(s.evictable_at(u64::MAX), None);
+    assert_eq!(s.evictable_at(u64::MAX - 1), Some(u64::MAX));
     // Never early: the tick of a deadline starts strictly after it.
     for d in [0u64, 1, (1 << 19) - 1, 1 << 19, 12_345_678_901] {
         assert!(s.time_of(s.tick_for(d)) > d);
@@ -192,7 +278,7 @@ fn every_value_is_dropped_exactly_once_whichever_way_it_leaves() {
         }
     }
     s.validate();
-    while s.evict(50 * P, 7, &mut out) {}
+    while s.evict(50 * P, 7, &mut out).0 {}
     s.validate();
     assert!(!out.is_empty());
     out.clear();
@@ -354,7 +440,7 @@ fn a_deadline_changed_in_place_is_evicted_at_the_new_deadline() {
     let mut out = Vec::new();
     let mut evict_at = |s: &mut Shard<u64, u64>, now: u64| {
         out.clear();
-        while s.evict(now, 16, &mut out) {}
+        while s.evict(now, 16, &mut out).0 {}
         s.validate();
         out.iter().map(|r| (r.key, r.deadline)).collect::<Vec<_>>()
     };

@@ -3,6 +3,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clock_at_max;
+mod concurrent_evict;
 mod drop_in_publish;
 mod eq_panic_in_put;
-mod user_clock_under_lock;
+mod time_read_under_lock;
