@@ -20,6 +20,7 @@ fn main() {
         threads: 4,
         max_ttl_ms: 20,
         seed: 42,
+        evictors: 1,
         progress: true,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -37,11 +37,18 @@ fn evictable(deadline: u64, now: u64) -> bool {
     (deadline >> SHIFT) < now >> SHIFT || (now == u64::MAX && deadline < u64::MAX)
 }
 
+/// The events received so far; checks that no `Expired` event left at or
+/// before its deadline.
 fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
     let mut out = Vec::new();
     loop {
         match sub.try_recv() {
-            Ok(e) => out.push((e.key, e.value, e.cause)),
+            Ok(e) => {
+                if e.cause == Cause::Expired {
+                    assert!(e.removed_at() > e.deadline(), "evicted early: {e:?}");
+                }
+                out.push((e.key, e.value, e.cause));
+            }
             Err(TryRecvError::Empty) => return out,
             Err(e) => panic!("unexpected {e:?}"),
         }
@@ -49,7 +56,7 @@ fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
 }
 
 fn single_threaded(seed: u64, ops: usize) {
-    single_threaded_with(seed, ops, ahash::RandomState::new(), 0, 40);
+    single_threaded_with(seed, ops, ahash::RandomState::new(), 0, 40, 0);
 }
 
 /// A hasher whose hashes share few values in their low 32 bits (the bits a
@@ -90,22 +97,56 @@ impl std::hash::Hasher for CollidingHasher {
 
 /// One seeded run; the clock starts `rng.below(1 << spread)` ns after
 /// `origin` (an origin near `u64::MAX` runs into the end of time).
-fn single_threaded_with<S>(seed: u64, ops: usize, hasher: S, origin: u64, spread: u32)
-where
+///
+/// With `evictors > 0` the background thread runs and that many threads
+/// call `evict_expired` in a loop, racing the driven operations. Every
+/// result is still exact (no read depends on whether an expired entry was
+/// evicted yet) and every value still leaves by the door the model says (an
+/// expired value leaves as `Expired` whoever takes it); only when eviction
+/// happens is open, so events are compared as a whole at the end, and
+/// `evict_expired`'s count, `len` and `next_expiry` are checked for what
+/// holds under the race.
+fn single_threaded_with<S>(
+    seed: u64,
+    ops: usize,
+    hasher: S,
+    origin: u64,
+    spread: u32,
+    evictors: usize,
+) where
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
-    println!("shadow single-threaded: seed={seed} ops={ops} (rerun with EXPIREMAP_SEED={seed})");
+    println!(
+        "shadow single-threaded: seed={seed} ops={ops} evictors={evictors} \
+         (rerun with EXPIREMAP_SEED={seed})"
+    );
+    let racing = evictors > 0;
     let mut rng = Rng(seed);
     let clock = ManualClock::starting_at(origin.saturating_add(rng.below(1 << spread)));
-    let map = ExpireMap::<u64, u64>::builder()
-        .hasher(hasher)
-        .clock(clock.clone())
-        .background_eviction(false)
-        .publish_removals(true)
-        .event_capacity(1 << 16)
-        .shards(1 << rng.below(4))
-        .build();
+    let map = Arc::new(
+        ExpireMap::<u64, u64>::builder()
+            .hasher(hasher)
+            .clock(clock.clone())
+            .background_eviction(racing)
+            .publish_removals(true)
+            .event_capacity(1 << 20)
+            .shards(1 << rng.below(4))
+            .build(),
+    );
     let mut sub = map.subscribe().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racers: Vec<_> = (0..evictors)
+        .map(|_| {
+            let (map, stop) = (map.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    map.evict_expired();
+                }
+            })
+        })
+        .collect();
+    // In a race, every event seen and every event the model expects.
+    let (mut seen, mut owed) = (Vec::new(), Vec::new());
     let mut model: HashMap<u64, Model> = HashMap::new();
     let keys = 1 + rng.below(300);
     let mut serial = 0u64;
@@ -210,6 +251,12 @@ where
                     .map(|(&k, _)| k)
                     .collect();
                 let n = map.evict_expired();
+                if racing {
+                    // The racers may have taken some; the model keeps them
+                    // (they leave as `Expired` whoever takes them).
+                    assert!(n <= due.len(), "{ctx}: evicted {n} of {} due", due.len());
+                    continue;
+                }
                 assert_eq!(n, due.len(), "{ctx}: evict_expired count");
                 let mut got = events(&mut sub);
                 let mut want: Vec<_> = due
@@ -219,6 +266,12 @@ where
                 got.sort_unstable();
                 want.sort_unstable();
                 assert_eq!(got, want, "{ctx}: evicted set");
+            }
+            97 if racing => {
+                // What holds in a race: nothing held means no work.
+                if map.is_empty() {
+                    assert_eq!(map.next_expiry(), None, "{ctx}: empty map has work");
+                }
             }
             97 => {
                 // next_expiry is a hint no later than the first eviction
@@ -267,20 +320,39 @@ where
                             )
                         })
                         .collect();
+                    if racing {
+                        owed.append(&mut want);
+                        continue;
+                    }
                     let mut got = events(&mut sub);
                     got.sort_unstable();
                     want.sort_unstable();
                     assert_eq!(got, want, "{ctx}: clear");
                 }
             }
+            _ if racing => {
+                // Held: at least the live entries, at most the model's.
+                let live = model.values().filter(|m| t <= m.deadline).count();
+                let len = map.len();
+                assert!(live <= len && len <= model.len(), "{ctx}: len {len}");
+            }
             _ => assert_eq!(map.len(), model.len(), "{ctx}: len"),
         }
-        if !expected_events.is_empty() {
+        if racing {
+            owed.append(&mut expected_events);
+            seen.append(&mut events(&mut sub));
+        } else if !expected_events.is_empty() {
             assert_eq!(events(&mut sub), expected_events, "{ctx}: events");
         }
     }
-    assert_eq!(map.len(), model.len(), "seed {seed}: final len");
-    drop(map);
+    stop.store(true, Ordering::Relaxed);
+    for r in racers {
+        r.join().unwrap();
+    }
+    if !racing {
+        assert_eq!(map.len(), model.len(), "seed {seed}: final len");
+    }
+    drop(Arc::into_inner(map).expect("the racers are gone"));
     let mut rest = events_until_closed(&mut sub);
     let t = now();
     let mut want: Vec<_> = model
@@ -297,9 +369,13 @@ where
             )
         })
         .collect();
+    // An entry the model holds past its deadline leaves as `Expired`,
+    // whether a racer took it or the shutdown did.
+    rest.append(&mut seen);
+    want.append(&mut owed);
     rest.sort_unstable();
     want.sort_unstable();
-    assert_eq!(rest, want, "seed {seed}: shutdown events");
+    assert_eq!(rest, want, "seed {seed}: every event, by door");
 }
 
 fn clock_now(c: &ManualClock) -> u64 {
@@ -348,6 +424,7 @@ fn shadow_single_threaded_colliding_hashes() {
             Colliding { low },
             0,
             40,
+            0,
         );
     }
 }
@@ -367,6 +444,30 @@ fn shadow_single_threaded_at_the_end_of_time() {
             ahash::RandomState::new(),
             u64::MAX - (1 << spread) - (1 << 30),
             spread,
+            0,
+        );
+    }
+}
+
+/// The exact model while two threads call `evict_expired` in a loop and
+/// the background thread runs: every result exact, every value by the
+/// model's door. Two runs also go to the end of time.
+#[test]
+fn shadow_single_threaded_with_racing_evictors() {
+    let base = seed(0x0E71C7);
+    for i in 0..4u64 {
+        let (origin, spread) = if i < 2 {
+            (0, 40)
+        } else {
+            (u64::MAX - (1 << 33) - (1 << 30), 33)
+        };
+        single_threaded_with(
+            base.wrapping_add(i),
+            scaled(100_000),
+            ahash::RandomState::new(),
+            origin,
+            spread,
+            2,
         );
     }
 }
@@ -379,6 +480,7 @@ fn shadow_multi_threaded_real_clock() {
         threads: 4,
         max_ttl_ms: 5,
         seed: seed(7),
+        evictors: 2,
         progress: false,
     });
     assert_eq!(s.mismatches, 0, "mismatches: {:#?}", s.first_mismatches);
@@ -498,13 +600,21 @@ fn conservation_every_value_leaves_by_exactly_one_door() {
             })
         })
         .collect();
-    // Expiry races the workers: a driver thread advances virtual time.
+    // Expiry races the workers: a driver thread advances virtual time, and
+    // at the end to `u64::MAX`, where every value still held leaves as
+    // `Expired` unless its TTL saturated; two more threads call
+    // `evict_expired` in a loop beside the background thread.
     let driver = {
         let clock = clock.clone();
         let map = map.clone();
         std::thread::spawn(move || {
-            for _ in 0..200 {
-                clock.advance(Duration::from_micros(500));
+            for round in 0..200 {
+                let by = if round == 190 {
+                    Duration::MAX
+                } else {
+                    Duration::from_micros(500)
+                };
+                clock.advance(by);
                 if map.len() % 7 == 0 {
                     map.evict_expired();
                 }
@@ -512,17 +622,37 @@ fn conservation_every_value_leaves_by_exactly_one_door() {
             }
         })
     };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let evictors: Vec<_> = (0..2)
+        .map(|_| {
+            let (map, stop) = (map.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    map.evict_expired();
+                }
+            })
+        })
+        .collect();
     for w in workers {
         w.join().unwrap();
     }
     driver.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for e in evictors {
+        e.join().unwrap();
+    }
     let map = Arc::try_unwrap(map).expect("only handle");
     drop(map);
 
     let mut by_cause: HashMap<Cause, Vec<u64>> = HashMap::new();
     loop {
         match sub.recv() {
-            Ok(e) => by_cause.entry(e.cause).or_default().push(e.value.id),
+            Ok(e) => {
+                if e.cause == Cause::Expired {
+                    assert!(e.removed_at() > e.deadline(), "evicted early: {e:?}");
+                }
+                by_cause.entry(e.cause).or_default().push(e.value.id);
+            }
             Err(expiremap::RecvError::Closed) => break,
             Err(e) => panic!("lagged or other: {e:?}"),
         }

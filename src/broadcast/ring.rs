@@ -212,7 +212,12 @@ impl<T> Inner<T> {
                 seq = self.write_gen.load(Ordering::Relaxed);
                 continue;
             }
-            debug_assert!(seq < SEQ - cap, "sequence space exhausted");
+            // Past this, sequences would run into the flag bits. At 10^9
+            // messages a second that is over a century away, so the check
+            // costs one compare that never fails; but a wrapped sequence
+            // could let a writer reuse a slot a reader holds, so it is not
+            // left to debug builds.
+            assert!(seq < SEQ - cap, "broadcast: sequence space exhausted");
             match self.write_gen.compare_exchange_weak(
                 seq,
                 seq + 1,

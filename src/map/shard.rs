@@ -351,6 +351,19 @@ pub(crate) enum PutOutcome<K, V> {
 /// uninitialised. Every method of [`Shard`] restores this before it returns
 /// or runs anything that can panic (user `Eq` runs only inside table probes,
 /// before any change). The `unsafe` reads of `kv` rely on it.
+///
+/// How each path keeps it, without relying on a `debug_assert!`:
+///
+/// * `put` fills the table slot with the index `alloc` just linked (the
+///   slot encoding is checked by an `assert!` in `Table::fill`); an
+///   overwrite keeps both.
+/// * `remove` takes the index out of the table, then unlinks and frees it.
+/// * `evict` takes the first due node (linked), removes its table slot by
+///   index under the hash bits `alloc` stored for it (the bits `put` filled
+///   the slot under; only `alloc` writes them), and only then unlinks and
+///   frees it. Should the slot not be found, no slot held the index, so
+///   freeing the node leaves nothing pointing at it.
+/// * `take_all` and `drain` move the whole table and wheel out together.
 struct Wheel<K, V> {
     slab: Slab<K, V>,
     /// Vacant node indices, reused last-in first-out.
@@ -493,8 +506,8 @@ impl<K, V> Shard<K, V> {
     /// from `phase` (see [`phase`]).
     pub(crate) fn new(shift: u32, phase: u64, now: u64) -> Self {
         // shift >= 1 and a phase below 2^62 keep `tick_for` from overflowing
-        // (see `evict`).
-        debug_assert!((1..64).contains(&shift) && phase < 1 << 62);
+        // (see "The end of time" on `Shard`).
+        assert!((1..64).contains(&shift) && phase < 1 << 62);
         let slab = Slab {
             nodes: Nodes::new(),
             shift,

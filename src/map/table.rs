@@ -262,7 +262,14 @@ impl Table {
     #[inline]
     pub(crate) fn fill(&mut self, at: usize, h32: u32, index: u32) {
         debug_assert_eq!(self.slots[at], EMPTY);
-        debug_assert!(index < self.index_mask);
+        // Memory safety: an index with bits under the tag would read back
+        // as another node, maybe a vacant one. `probe` widened the mask for
+        // `max_index`, which `alloc` never exceeds; checked here anyway, as
+        // the two sit in different modules (one predictable branch).
+        assert!(
+            index < self.index_mask,
+            "slot index {index} does not fit the table"
+        );
         self.slots[at] = self.tag(h32) | index;
         self.len += 1;
     }

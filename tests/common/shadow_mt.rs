@@ -25,6 +25,9 @@ pub struct Params {
     pub threads: usize,
     pub max_ttl_ms: u64,
     pub seed: u64,
+    /// Threads calling `evict_expired` in a loop beside the background
+    /// eviction thread.
+    pub evictors: usize,
     /// Print a progress line about every second.
     pub progress: bool,
 }
@@ -206,8 +209,23 @@ pub fn run(p: &Params) -> Summary {
             }
         })
     });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let evictors: Vec<_> = (0..p.evictors)
+        .map(|_| {
+            let (s, stop) = (shared.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    s.map.evict_expired();
+                }
+            })
+        })
+        .collect();
     for w in workers {
         w.join().expect("worker panicked");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for e in evictors {
+        e.join().expect("evictor panicked");
     }
     if let Some(h) = progress {
         h.join().unwrap();
