@@ -20,3 +20,22 @@ pub use loom::thread;
 /// Thread spawn that matches the model: loom's under loom, std's otherwise.
 #[cfg(not(expiremap_loom))]
 pub use std::thread;
+
+/// [`model`] with at least `n` preemptions explored per execution (more
+/// than `LOOM_MAX_PREEMPTIONS`, for a model whose bug needs them).
+pub fn model_with_preemptions<F>(n: usize, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    #[cfg(expiremap_loom)]
+    {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(0).max(n));
+        builder.check(f);
+    }
+    #[cfg(not(expiremap_loom))]
+    {
+        let _ = n;
+        f();
+    }
+}

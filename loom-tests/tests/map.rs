@@ -1,12 +1,12 @@
 //! loom models of the map's concurrent protocols: the eviction thread's
-//! wake-up, shutdown, remove racing expiry, and the last handle dropped on
-//! the eviction thread. Each also runs once as an ordinary test without
-//! `--cfg expiremap_loom`.
+//! wake-up, shutdown, remove racing expiry, the last handle dropped on the
+//! eviction thread, and two `evict_expired` callers racing a `remove`. Each
+//! also runs once as an ordinary test without `--cfg expiremap_loom`.
 //!
 //! A lost wake-up or a self-join shows up as a deadlock, which loom reports.
 
-use expiremap::{Cause, ExpireMap, ManualClock, RecvError, Subscriber};
-use expiremap_loom_tests::{model, thread};
+use expiremap::{Cause, Clock, ExpireMap, ManualClock, RecvError, Subscriber, TryRecvError};
+use expiremap_loom_tests::{model, model_with_preemptions, thread};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -130,5 +130,100 @@ fn last_handle_dropped_on_the_eviction_thread() {
         while !done.load(Ordering::SeqCst) {
             thread::yield_now();
         }
+    });
+}
+
+/// Two `evict_expired` passes at different times race a `remove` of an entry
+/// that comes due between them. Key 1 is due before either pass starts; key 2
+/// comes due when thread B advances the clock; key 3 lives for an hour.
+/// Every value leaves exactly once: by `remove`, by an `Expired` event, or
+/// (still held) by `Shutdown`. `remove` returns key 2's value only if no
+/// `Expired` event carries it. Every `Expired` event was removed after its
+/// deadline, and the two passes' counts add up to the `Expired` events they
+/// published (all of them, except key 2's when `remove` found it expired).
+///
+/// All three ends for key 2 are reached: `remove` returns it, `remove` finds
+/// it expired and publishes it, or a pass evicts it first. Under loom a pass
+/// evicts one entry per lock hold, so B can leave key 2 on the due list
+/// between its batches and A take it: with a time read before the lock (the
+/// bug this model guards against), A published key 2 as removed at 1.5 ms,
+/// before its 2 ms deadline (found with three preemptions, not two).
+#[test]
+fn two_eviction_passes_race_a_remove() {
+    // A's read, B's batch, A's pass, B's next batch: three preemptions.
+    model_with_preemptions(3, || {
+        let clock = ManualClock::new();
+        let map = Arc::new(
+            ExpireMap::<u32, u32>::builder()
+                .clock(clock.clone())
+                .shards(1)
+                .background_eviction(false)
+                .event_capacity(4)
+                .max_subscribers(1)
+                .build(),
+        );
+        let mut sub = map.subscribe().unwrap();
+        map.put(1, 1, MS);
+        map.put(2, 2, 2 * MS);
+        map.put(3, 3, Duration::from_secs(3600));
+        // 1.5 ms: key 1 is past its deadline (and its tick), key 2 is live.
+        clock.advance(MS / 2 * 3);
+        let a = {
+            let map = map.clone();
+            thread::spawn(move || map.evict_expired())
+        };
+        let b = {
+            let (map, clock) = (map.clone(), clock.clone());
+            thread::spawn(move || {
+                // 2.5 ms: key 2 is due too.
+                clock.advance(MS);
+                map.evict_expired()
+            })
+        };
+        let removed = map.remove(&2);
+        let evicted = a.join().unwrap() + b.join().unwrap();
+
+        // Everything published so far: the passes' events and, if `remove`
+        // found key 2 expired, its event.
+        let mut expired = Vec::new();
+        loop {
+            match sub.try_recv() {
+                Ok(e) => {
+                    assert_eq!(e.cause, Cause::Expired, "key {}", e.key);
+                    assert!(
+                        e.removed_at() > e.deadline(),
+                        "key {} removed at {:?}, deadline {:?}",
+                        e.key,
+                        e.removed_at(),
+                        e.deadline()
+                    );
+                    assert!(e.removed_at() <= Duration::from_nanos(clock.now()));
+                    assert_eq!(e.value, e.key);
+                    expired.push(e.key);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        expired.sort_unstable();
+        // Key 1 was due before both passes; key 2 leaves by exactly one door.
+        match removed {
+            Some(v) => {
+                assert_eq!(v, 2);
+                assert_eq!(expired, [1], "remove won, yet key 2 expired");
+            }
+            None => assert_eq!(expired, [1, 2]),
+        }
+        // Only key 2's event can come from `remove` (door `Expired`); every
+        // other one is counted by the pass that published it.
+        let by_remove = expired.len().checked_sub(evicted);
+        assert!(
+            by_remove == Some(0) || (by_remove == Some(1) && removed.is_none()),
+            "passes evicted {evicted}, events {expired:?}, removed {removed:?}"
+        );
+        assert_eq!((map.len(), map.get(&3)), (1, Some(3)));
+
+        drop(Arc::try_unwrap(map).expect("one handle"));
+        assert_eq!(until_closed(&mut sub), [(3, Cause::Shutdown)]);
     });
 }
