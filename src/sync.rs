@@ -15,8 +15,14 @@ mod imp {
     pub(crate) use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
     pub(crate) use std::hint::spin_loop;
     pub(crate) use std::sync::Arc;
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::thread;
+
+    /// Exclusive access to an atomic's value (`get_mut`; loom's `with_mut`).
+    #[inline(always)]
+    pub(crate) fn with_mut_u32<R>(a: &mut AtomicU32, f: impl FnOnce(&mut u32) -> R) -> R {
+        f(a.get_mut())
+    }
 
     /// `UnsafeCell` with loom's closure-based access API.
     #[derive(Debug)]
@@ -147,8 +153,13 @@ mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::hint::spin_loop;
     pub(crate) use loom::sync::Arc;
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::thread;
+
+    /// Exclusive access to an atomic's value (`get_mut`; loom's `with_mut`).
+    pub(crate) fn with_mut_u32<R>(a: &mut AtomicU32, f: impl FnOnce(&mut u32) -> R) -> R {
+        a.with_mut(f)
+    }
     use std::ops::{Deref, DerefMut};
     use std::time::Duration;
 

@@ -13,19 +13,24 @@ use counting::{Counting, LIVE};
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Bytes allocated by an 8-shard `ExpireMap<u64, u64>` holding `n` entries.
-fn bytes_for(n: u64) -> f64 {
+/// Bytes allocated by an 8-shard `ExpireMap<u64, u64>` after `n` puts of
+/// distinct keys, optionally with `max_entries(n)`, and the entries held.
+fn bytes_for(n: u64, bounded: bool) -> (f64, f64) {
     let before = LIVE.load(Ordering::SeqCst);
-    let map = ExpireMap::<u64, u64>::builder()
+    let mut builder = ExpireMap::<u64, u64>::builder()
         .shards(8)
-        .background_eviction(false)
-        .build();
+        .background_eviction(false);
+    if bounded {
+        builder = builder.max_entries(n);
+    }
+    let map = builder.build();
     for k in 0..n {
         map.put(k, k, Duration::from_secs(3_600));
     }
     let bytes = LIVE.load(Ordering::SeqCst) - before;
+    let held = map.len();
     drop(map);
-    bytes as f64
+    (bytes as f64, held as f64)
 }
 
 /// The crate docs' formula for `u64 -> u64`: 32-byte nodes and their 4 hash
@@ -42,7 +47,7 @@ fn bytes_for(n: u64) -> f64 {
 fn bytes_per_entry_stay_within_the_documented_bound() {
     const SHARDS: f64 = 8.0;
     for n in [8 * 25_500, 8 * 70_000] {
-        let bytes = bytes_for(n);
+        let (bytes, _) = bytes_for(n, false);
         let n = n as f64;
         let nodes = 36.0 * n + SHARDS * 4_096.0 * 36.0;
         let table = 4.0 * n * 2.0;
@@ -58,4 +63,16 @@ fn bytes_per_entry_stay_within_the_documented_bound() {
             "{n} entries: {bytes} bytes, above the bound {bound}"
         );
     }
+    // Bounded: the table sized for the bound up front (3/4 full when the
+    // map is), the last slab chunks no larger than needed, and the
+    // admission sketch (12 four-bit counters per entry of the bound):
+    // under 48 bytes per entry held, everything counted.
+    let n = 1_000_000;
+    let (bytes, held) = bytes_for(n, true);
+    println!(
+        "bounded: {held} of {n} held, {:.1} bytes/entry",
+        bytes / held
+    );
+    assert!(held >= 0.99 * n as f64, "only {held} of {n} held");
+    assert!(bytes / held <= 48.0, "{:.2} bytes per entry", bytes / held);
 }

@@ -5,6 +5,7 @@ use crate::clock::{Clock, SystemClock};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Default pause between eviction passes.
@@ -33,6 +34,7 @@ pub const MAX_SUBSCRIBERS: usize = 1 << 12;
 /// A setting rejected by [`Builder::try_build`]. The message names the
 /// setting, the value given and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BuildError {
     /// `shards` must be a power of two in `1..=MAX_SHARDS`.
     Shards(usize),
@@ -44,6 +46,14 @@ pub enum BuildError {
     EventCapacity(usize),
     /// `max_subscribers` must lie in `1..=MAX_SUBSCRIBERS`.
     MaxSubscribers(usize),
+    /// `max_entries` must be at least 1.
+    MaxEntries(u64),
+    /// `max_weight` must be at least 1.
+    MaxWeight(u64),
+    /// A `weigher` was given without `max_weight`.
+    WeigherWithoutMaxWeight,
+    /// `max_entries` and `max_weight` were both given.
+    TwoBounds,
     /// The eviction thread could not be spawned.
     Spawn(String),
 }
@@ -71,6 +81,19 @@ impl fmt::Display for BuildError {
                 f,
                 "invalid max_subscribers: {n} (must be from 1 to {MAX_SUBSCRIBERS})"
             ),
+            Self::MaxEntries(n) => write!(f, "invalid max_entries: {n} (must be at least 1)"),
+            Self::MaxWeight(n) => write!(f, "invalid max_weight: {n} (must be at least 1)"),
+            Self::WeigherWithoutMaxWeight => {
+                write!(
+                    f,
+                    "invalid weigher: set without max_weight, which it weighs against"
+                )
+            }
+            Self::TwoBounds => write!(
+                f,
+                "invalid max_entries with max_weight: choose one (without a weigher every \
+                 entry weighs 1, so max_weight alone counts entries)"
+            ),
             Self::Spawn(e) => write!(f, "could not spawn the eviction thread: {e}"),
         }
     }
@@ -89,7 +112,12 @@ pub(crate) struct Config {
     pub(crate) publish_removals: bool,
     pub(crate) notify_on_shutdown: bool,
     pub(crate) background_eviction: bool,
+    /// The capacity bound (entries, or weight units), if any.
+    pub(crate) bound: Option<u64>,
 }
+
+/// Weighs an entry for [`Builder::max_weight`]; runs outside every lock.
+pub(crate) type Weigher<K, V> = Arc<dyn Fn(&K, &V) -> u32 + Send + Sync>;
 
 /// Configures an [`ExpireMap`]. From [`ExpireMap::builder`].
 ///
@@ -122,6 +150,9 @@ pub struct Builder<K, V, S = ahash::RandomState> {
     publish_removals: bool,
     notify_on_shutdown: bool,
     background_eviction: bool,
+    max_entries: Option<u64>,
+    max_weight: Option<u64>,
+    weigher: Option<Weigher<K, V>>,
     _marker: PhantomData<fn(K, V)>,
 }
 
@@ -138,6 +169,9 @@ impl<K, V> Builder<K, V> {
             publish_removals: false,
             notify_on_shutdown: true,
             background_eviction: true,
+            max_entries: None,
+            max_weight: None,
+            weigher: None,
             _marker: PhantomData,
         }
     }
@@ -187,6 +221,9 @@ impl<K, V, S> Builder<K, V, S> {
             publish_removals: self.publish_removals,
             notify_on_shutdown: self.notify_on_shutdown,
             background_eviction: self.background_eviction,
+            max_entries: self.max_entries,
+            max_weight: self.max_weight,
+            weigher: self.weigher,
             _marker: PhantomData,
         }
     }
@@ -226,13 +263,96 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
+    /// Bounds the map to at most `n` entries (see [Capacity](crate#capacity)).
+    /// When it is full, expired entries go first, then the entries the
+    /// policy finds least likely to be read again; a new key the policy
+    /// expects to be read less than the entry it would displace is not
+    /// stored. Every value pushed out, or refused, is published as
+    /// [`Cause::Size`](crate::Cause::Size). `len()` never exceeds `n` once a
+    /// call has returned.
+    ///
+    /// The bound is split evenly across the shards, and the shard count is
+    /// lowered to at most `n` (a power of two), so that every key can get
+    /// in.
+    ///
+    /// ```
+    /// use expiremap::{Cause, ExpireMap};
+    /// use std::time::Duration;
+    ///
+    /// let map = ExpireMap::<u32, u32>::builder().max_entries(100).build();
+    /// let mut events = map.subscribe()?;
+    /// for k in 0..1_000 {
+    ///     map.put(k, k, Duration::from_secs(60));
+    /// }
+    /// assert!(map.len() <= 100);
+    /// let e = events.try_recv()?;
+    /// assert_eq!(e.cause, Cause::Size);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_entries(mut self, n: u64) -> Self {
+        self.max_entries = Some(n);
+        self
+    }
+
+    /// Bounds the total weight of the entries to `w`, each weighed by the
+    /// [`weigher`](Self::weigher) (or 1 without one). As
+    /// [`max_entries`](Self::max_entries) otherwise; in addition an entry
+    /// heavier than its shard's share of `w` (`w / shards`, so `w` itself
+    /// with `shards(1)`) is never stored: it is published as
+    /// [`Cause::Size`](crate::Cause::Size) at once.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map = ExpireMap::<u32, String>::builder()
+    ///     .shards(1)
+    ///     .max_weight(10)
+    ///     .weigher(|_, v: &String| v.len() as u32)
+    ///     .build();
+    /// map.put(1, "four".into(), Duration::from_secs(60));
+    /// map.put(2, "six!!!".into(), Duration::from_secs(60));
+    /// assert_eq!(map.len(), 2);
+    /// map.put(3, "eleven chars".into(), Duration::from_secs(60)); // > 10 alone
+    /// assert_eq!((map.len(), map.get(&3)), (2, None));
+    /// ```
+    pub fn max_weight(mut self, w: u64) -> Self {
+        self.max_weight = Some(w);
+        self
+    }
+
+    /// How much an entry weighs against [`max_weight`](Self::max_weight).
+    /// It runs outside every lock, once per `put`, on the key and value
+    /// being put; the weight is kept with the entry.
+    pub fn weigher(mut self, f: impl Fn(&K, &V) -> u32 + Send + Sync + 'static) -> Self {
+        self.weigher = Some(Arc::new(f));
+        self
+    }
+
     fn config(&self) -> Result<Config, BuildError> {
-        let shards = match self.shards {
+        let mut shards = match self.shards {
             Some(n) => n,
             None => (crate::sync::available_parallelism() * 4).next_power_of_two(),
         };
         if shards == 0 || shards > MAX_SHARDS || !shards.is_power_of_two() {
             return Err(BuildError::Shards(shards));
+        }
+        let bound = match (self.max_entries, self.max_weight) {
+            (Some(_), Some(_)) => return Err(BuildError::TwoBounds),
+            (Some(0), None) => return Err(BuildError::MaxEntries(0)),
+            (None, Some(0)) => return Err(BuildError::MaxWeight(0)),
+            (Some(_), None) if self.weigher.is_some() => {
+                return Err(BuildError::WeigherWithoutMaxWeight);
+            }
+            (None, None) if self.weigher.is_some() => {
+                return Err(BuildError::WeigherWithoutMaxWeight);
+            }
+            (n, w) => n.or(w),
+        };
+        if let Some(b) = bound {
+            // Every shard's share of the bound is at least 1.
+            let most = 1usize << b.min(MAX_SHARDS as u64).ilog2();
+            shards = shards.min(most);
         }
         if !(MIN_EVICTION_INTERVAL..=MAX_PERIOD).contains(&self.interval) {
             return Err(BuildError::EvictionInterval(self.interval));
@@ -256,6 +376,7 @@ impl<K, V, S> Builder<K, V, S> {
             publish_removals: self.publish_removals,
             notify_on_shutdown: self.notify_on_shutdown,
             background_eviction: self.background_eviction,
+            bound,
         })
     }
 }
@@ -273,7 +394,7 @@ where
             .clock
             .take()
             .unwrap_or_else(|| Time::new(SystemClock::new()));
-        ExpireMap::from_parts(config, clock, self.hasher)
+        ExpireMap::from_parts(config, clock, self.hasher, self.weigher.take())
     }
 
     /// Builds the map.
@@ -300,6 +421,9 @@ impl<K, V, S> fmt::Debug for Builder<K, V, S> {
             .field("publish_removals", &self.publish_removals)
             .field("notify_on_shutdown", &self.notify_on_shutdown)
             .field("background_eviction", &self.background_eviction)
+            .field("max_entries", &self.max_entries)
+            .field("max_weight", &self.max_weight)
+            .field("weigher", &self.weigher.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -5,7 +5,11 @@ use std::fmt;
 use std::time::Duration;
 
 /// The door by which a value left the map.
+///
+/// New doors may be added (the enum is `#[non_exhaustive]`): match with a
+/// wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Cause {
     /// Its deadline passed: evicted by the eviction thread or
     /// [`evict_expired`](crate::ExpireMap::evict_expired), or found expired by
@@ -21,12 +25,19 @@ pub enum Cause {
     /// [`notify_on_shutdown(true)`](crate::Builder::notify_on_shutdown) (the
     /// default).
     Shutdown,
+    /// Pushed out by the map's capacity bound
+    /// ([`max_entries`](crate::Builder::max_entries) or
+    /// [`max_weight`](crate::Builder::max_weight)): an entry the policy
+    /// chose to make room, or a new value it declined to admit (or that is
+    /// heavier than the bound allows on its own). Published by default.
+    Size,
 }
 
 impl Cause {
-    /// `true` for the doors published by default (`Expired`, `Shutdown`).
+    /// `true` for the doors published by default (`Expired`, `Shutdown`,
+    /// `Size`).
     pub fn is_eviction(self) -> bool {
-        matches!(self, Cause::Expired | Cause::Shutdown)
+        matches!(self, Cause::Expired | Cause::Shutdown | Cause::Size)
     }
 }
 

@@ -21,6 +21,7 @@
 mod builder;
 mod event;
 mod evictor;
+mod policy;
 mod shard;
 mod table;
 
@@ -53,12 +54,13 @@ pub use event::{Cause, Event, Subscriber};
 use crate::broadcast::{self, SubscribeError};
 use crate::clock::{Clock, SystemClock};
 use crate::sync::{self, Arc, AtomicBool, AtomicU64, CachePadded, Ordering, RwLock};
-use builder::Config;
+use builder::{Config, Weigher};
 use evictor::{Signal, Wake};
 use shard::{Door, PutOutcome, Removed, Shard};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::ops::Not;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
@@ -100,6 +102,8 @@ struct Inner<K, V, S> {
     signal: Arc<Signal>,
     events: Events<K, V>,
     evicted: AtomicU64,
+    /// Weighs entries against `max_weight`; runs before the shard lock.
+    weigher: Option<Weigher<K, V>>,
     /// `Inner::shutdown`, captured where the trait bounds hold, so that the
     /// bound-free `Drop` can call it.
     finish: fn(&Inner<K, V, S>),
@@ -278,13 +282,25 @@ where
     V: Clone + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
-    pub(crate) fn from_parts(config: Config, clock: Time, hasher: S) -> Result<Self, BuildError> {
+    pub(crate) fn from_parts(
+        config: Config,
+        clock: Time,
+        hasher: S,
+        weigher: Option<Weigher<K, V>>,
+    ) -> Result<Self, BuildError> {
         let now = clock.now();
         let shift = shard::tick_shift(config.precision);
-        let shards = (0..config.shards)
+        let n = config.shards;
+        let shards = (0..n)
             .map(|i| {
-                let phase = shard::phase(i, config.shards);
-                CachePadded::new(RwLock::new(Shard::new(shift, phase, now)))
+                let mut shard = Shard::new(shift, shard::phase(i, n), now);
+                if let Some(bound) = config.bound {
+                    // An even split; the first `bound % n` shards take one
+                    // more. The builder made `n <= bound`, so each gets 1+.
+                    let cap = bound / n as u64 + u64::from((i as u64) < bound % n as u64);
+                    shard = shard.bounded(cap, weigher.is_some());
+                }
+                CachePadded::new(RwLock::new(shard))
             })
             .collect();
         let background = config.background_eviction;
@@ -299,6 +315,7 @@ where
                 sender: RwLock::new(None),
             },
             evicted: AtomicU64::new(0),
+            weigher,
             finish: Inner::shutdown,
         });
         let mut map = Self {
@@ -334,19 +351,26 @@ where
         }
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
+        let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
         // Declared before the lock guard, so that if the user's `Eq` panics
-        // in the probe, the key and value are dropped after the guard:
-        // outside the lock.
+        // in the probe, the key and value, and anything the bound pushed out,
+        // are dropped after the guard: outside the lock.
         let mut kv = Some((key, value));
+        let mut out = shard::Out::new();
         let (outcome, kick, now) = {
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
-            let outcome = shard.put(hash, &mut kv, deadline, now);
-            (outcome, inner.needs_kick(&shard, deadline), now)
+            let outcome = shard.put(hash, &mut kv, deadline, now, weight, &mut out);
+            let kick =
+                matches!(outcome, PutOutcome::Refused).not() && inner.needs_kick(&shard, deadline);
+            (outcome, kick, now)
         };
         self.kick_if(kick);
+        for r in out {
+            inner.leave(r, now);
+        }
         match outcome {
-            PutOutcome::Inserted => None,
+            PutOutcome::Inserted | PutOutcome::Refused => None,
             PutOutcome::Overwrote(old) => inner.leave(old, now),
         }
     }
@@ -633,15 +657,14 @@ where
     /// Runs after the shard lock is released.
     fn leave(&self, old: Removed<K, V>, now: u64) -> Option<V> {
         match old.door {
-            Door::Expired => {
+            door @ (Door::Expired | Door::Size) => {
                 if let Some(s) = self.events.live_sender() {
-                    s.send(Event::new(
-                        old.key,
-                        old.value,
-                        Cause::Expired,
-                        old.deadline,
-                        now,
-                    ));
+                    let cause = if door == Door::Size {
+                        Cause::Size
+                    } else {
+                        Cause::Expired
+                    };
+                    s.send(Event::new(old.key, old.value, cause, old.deadline, now));
                 }
                 None
             }

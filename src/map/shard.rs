@@ -24,8 +24,10 @@
 //!   early and at most one tick (less than one precision) late. Reads compare
 //!   the exact deadline.
 
+use super::policy::Bound;
 pub(crate) use super::table::Home;
 use super::table::{Probe, Table};
+use crate::sync::{AtomicU32, Ordering, with_mut_u32};
 use crate::timer::{Links, Lists, NIL};
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
@@ -53,8 +55,43 @@ struct Node<K, V> {
     kv: MaybeUninit<(K, V)>,
     /// Exact deadline in clock nanoseconds; visible while `now <= deadline`.
     deadline: u64,
-    prev: u32,
+    /// The previous node's index in the low bits ([`LINK`]), and the access
+    /// count of a bounded shard's CLOCK in the top two (see `policy`). A
+    /// lookup raises the count under the *read* lock, so the field is
+    /// atomic; everything else changes it under the write lock. A vacant
+    /// node's is [`VACANT`].
+    prev: AtomicU32,
     next: u32,
+}
+
+/// The bits of `Node::prev` that hold an index.
+const LINK: u32 = (1 << 30) - 1;
+/// One access in `Node::prev`'s count bits.
+const COUNT_ONE: u32 = 1 << 30;
+/// `Node::prev` of a vacant node: no live node's (its index would be
+/// `LINK`, which no node has).
+const VACANT: u32 = u32::MAX;
+/// Most nodes in one shard's slab: their indices fit in [`LINK`], all-ones
+/// excluded.
+const MAX_NODES: usize = LINK as usize;
+/// Most nodes of the next timer tick's list a full bounded shard looks at
+/// for expired entries before it asks the policy for a victim.
+const NEXT_TICK_SEARCH: usize = 32;
+
+impl<K, V> Node<K, V> {
+    /// A lookup found this live node: raise its access count, unless it is
+    /// already at the top (then this is only a load of the line the lookup
+    /// just read). A load and a store, not a read-modify-write: under the
+    /// read lock only lookups write here, and they only change the count
+    /// bits, so every value stored has the same index bits; racing lookups
+    /// may lose each other's raise, which is harmless.
+    #[inline]
+    fn hit(&self) {
+        let p = self.prev.load(Ordering::Relaxed);
+        if p < 3 * COUNT_ONE {
+            self.prev.store(p + COUNT_ONE, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Bits of a node index that give its place inside a chunk of [`Nodes`].
@@ -76,6 +113,9 @@ struct Nodes<K, V> {
     chunks: Vec<Vec<Node<K, V>>>,
     hashes: Vec<Vec<u32>>,
     len: usize,
+    /// Most nodes this slab will hold (a bounded shard's entry bound), so
+    /// that its last chunk is allocated no larger than needed.
+    limit: usize,
 }
 
 impl<K, V> Nodes<K, V> {
@@ -84,6 +124,7 @@ impl<K, V> Nodes<K, V> {
             chunks: Vec::new(),
             hashes: Vec::new(),
             len: 0,
+            limit: usize::MAX,
         }
     }
 
@@ -116,7 +157,9 @@ impl<K, V> Nodes<K, V> {
     fn push(&mut self, node: Node<K, V>, h32: u32) {
         let chunk = self.len >> CHUNK_BITS;
         if chunk == self.chunks.len() {
-            let cap = if chunk == 0 { 0 } else { CHUNK };
+            // A hint only: a chunk past `limit` grows like a `Vec` to CHUNK.
+            let rest = self.limit.saturating_sub(self.len).max(1);
+            let cap = if chunk == 0 { 0 } else { CHUNK.min(rest) };
             self.chunks.push(Vec::with_capacity(cap));
             self.hashes.push(Vec::with_capacity(cap));
         }
@@ -251,12 +294,15 @@ impl<K, V> Links for Slab<K, V> {
     #[inline]
     fn links(&self, index: u32) -> (u32, u32) {
         let n = &self.nodes[index as usize];
-        (n.prev, n.next)
+        (n.prev.load(Ordering::Relaxed) & LINK, n.next)
     }
 
     #[inline]
     fn set_prev(&mut self, index: u32, to: u32) {
-        self.nodes[index as usize].prev = to;
+        debug_assert!(to < LINK);
+        with_mut_u32(&mut self.nodes[index as usize].prev, |p| {
+            *p = (*p & !LINK) | to;
+        });
     }
 
     #[inline]
@@ -280,6 +326,65 @@ pub(crate) enum Door {
     Removed,
     /// Overwritten by `put` while live.
     Replaced,
+    /// Pushed out by the capacity bound, or refused by it.
+    Size,
+}
+
+/// Where a shard operation puts the entries that leave it.
+pub(crate) trait Sink<K, V> {
+    fn push(&mut self, r: Removed<K, V>);
+    fn len(&self) -> usize;
+}
+
+impl<K, V> Sink<K, V> for Vec<Removed<K, V>> {
+    #[inline]
+    fn push(&mut self, r: Removed<K, V>) {
+        Vec::push(self, r);
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// The entries one `put` pushes out: usually none or one, kept inline, so
+/// a put into a full shard does not allocate; more go to a `Vec`.
+pub(crate) struct Out<K, V> {
+    first: Option<Removed<K, V>>,
+    rest: Vec<Removed<K, V>>,
+}
+
+impl<K, V> Out<K, V> {
+    pub(crate) fn new() -> Self {
+        Self {
+            first: None,
+            rest: Vec::new(),
+        }
+    }
+}
+
+impl<K, V> Sink<K, V> for Out<K, V> {
+    #[inline]
+    fn push(&mut self, r: Removed<K, V>) {
+        if self.first.is_none() {
+            self.first = Some(r);
+        } else {
+            self.rest.push(r);
+        }
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+}
+
+impl<K, V> IntoIterator for Out<K, V> {
+    type Item = Removed<K, V>;
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<Removed<K, V>>, std::vec::IntoIter<Removed<K, V>>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
+    }
 }
 
 /// An entry that left the shard, to be published or dropped after unlock.
@@ -337,6 +442,9 @@ pub(crate) enum PutOutcome<K, V> {
     /// (`Replaced` if it was live, `Expired` if it was past its deadline).
     /// `key` is the caller's key (equal to the stored one, which stays).
     Overwrote(Removed<K, V>),
+    /// The key was absent and the bound refused the new entry: it is in
+    /// `out`, as `Size`.
+    Refused,
 }
 
 /// The slab, its free stack and the wheel's lists: everything but the
@@ -370,6 +478,8 @@ struct Wheel<K, V> {
     free: Vec<u32>,
     lists: Lists<{ crate::timer::DEFAULT_LEVEL_BITS }>,
     len: usize,
+    /// The capacity policy's state, in a bounded map.
+    bound: Option<Box<Bound>>,
 }
 
 impl<K, V> Wheel<K, V> {
@@ -377,18 +487,19 @@ impl<K, V> Wheel<K, V> {
     /// Takes the key and value out of `kv` (which must hold them) into a
     /// new node. If the shard is full it panics with them still in `kv`,
     /// so the caller can drop them after releasing the lock.
-    fn alloc(&mut self, kv: &mut Option<(K, V)>, deadline: u64, h32: u32) -> u32 {
+    fn alloc(&mut self, kv: &mut Option<(K, V)>, deadline: u64, h32: u32, weight: u32) -> u32 {
         let reuse = self.free.pop();
         if reuse.is_none() {
             assert!(
-                self.slab.nodes.len() < NIL as usize,
-                "expiremap: more than u32::MAX - 1 entries in one shard"
+                self.slab.nodes.len() < MAX_NODES,
+                "expiremap: more than 2^30 - 1 entries in one shard"
             );
         }
+        // Links set by `link` below; an access count of 0.
         let node = Node {
             kv: MaybeUninit::new(kv.take().expect("alloc without a key and value")),
             deadline,
-            prev: NIL,
+            prev: AtomicU32::new(0),
             next: NIL,
         };
         let index = if let Some(index) = reuse {
@@ -405,6 +516,9 @@ impl<K, V> Wheel<K, V> {
         let tick = self.slab.tick_for(deadline);
         self.lists.link(&mut self.slab, index, tick);
         self.len += 1;
+        if let Some(b) = &mut self.bound {
+            b.add(index, weight);
+        }
         index
     }
 
@@ -421,8 +535,12 @@ impl<K, V> Wheel<K, V> {
         // stack right below, so nothing reads its `kv` again until `alloc`
         // overwrites it.
         let (key, value) = unsafe { self.slab.take_kv(index) };
+        with_mut_u32(&mut self.slab.nodes[index as usize].prev, |p| *p = VACANT);
         self.free.push(index);
         self.len -= 1;
+        if let Some(b) = &mut self.bound {
+            b.remove(index);
+        }
         Entry {
             key,
             value,
@@ -520,8 +638,40 @@ impl<K, V> Shard<K, V> {
                 slab,
                 free: Vec::new(),
                 len: 0,
+                bound: None,
             },
         }
+    }
+
+    /// This shard, bounded to `cap` entries (or weight units, if
+    /// `weighted`): see `policy`. For a new, empty shard.
+    pub(crate) fn bounded(mut self, cap: u64, weighted: bool) -> Self {
+        self.wheel.bound = Some(Box::new(Bound::new(cap, weighted)));
+        if !weighted {
+            // At most `cap` entries: a table that never grows (and is 3/4
+            // full when the shard is; capped, so that a huge bound does not
+            // allocate up front what it may never use), and a slab whose
+            // last chunk is no larger than needed.
+            self.table = Table::with_capacity(cap.min(1 << 24) as usize);
+            self.wheel.slab.nodes.limit = usize::try_from(cap).unwrap_or(usize::MAX);
+        }
+        self
+    }
+
+    /// This shard's bound and whether it is weighted, to make another like
+    /// it.
+    fn bound_config(&self) -> Option<(u64, bool)> {
+        self.wheel
+            .bound
+            .as_ref()
+            .map(|b| (b.cap, b.weights.is_some()))
+    }
+
+    /// What the shard holds against its bound (its weight, or its entry
+    /// count), and the bound; `None` if unbounded.
+    #[cfg(test)]
+    pub(crate) fn usage(&self) -> Option<(u64, u64)> {
+        self.wheel.bound.as_ref().map(|b| (b.used, b.cap))
     }
 
     /// When an entry with `deadline` becomes evictable (clock ns): the start
@@ -585,6 +735,9 @@ impl<K, V> Shard<K, V> {
         let index = self.table.find_from(home, hash as u32, is_key(slab, key))?;
         // SAFETY: the table holds only live indices (slab invariant).
         let node = unsafe { slab.live(index) };
+        if self.wheel.bound.is_some() {
+            node.hit();
+        }
         // SAFETY: as above; a live node's `kv` is initialised.
         Some((&unsafe { node.kv.assume_init_ref() }.1, node.deadline))
     }
@@ -596,53 +749,237 @@ impl<K, V> Shard<K, V> {
     /// over and the shard is known to have room: if either panics, the
     /// caller still owns them and drops them after releasing the lock, so
     /// no user `Drop` runs under it.
+    ///
+    /// In a bounded shard the entry weighs `weight`, and what must leave to
+    /// make room (expired entries, the policy's victims, or this value if
+    /// the policy refuses it or it is heavier than the whole bound) is
+    /// pushed to `out` (see `policy`).
     pub(crate) fn put(
         &mut self,
         hash: u64,
         kv: &mut Option<(K, V)>,
         deadline: u64,
         now: u64,
+        weight: u32,
+        out: &mut impl Sink<K, V>,
     ) -> PutOutcome<K, V>
     where
         K: Eq,
     {
+        let h32 = hash as u32;
         let slab = &self.wheel.slab;
         // One probe serves both outcomes. Growing the table re-places slots
         // from the stored hash bits: no user code.
-        let h32 = hash as u32;
-        // The index `alloc` would use; past `NIL - 1` it panics itself.
-        let max_index = slab.nodes.len().min(NIL as usize - 1) as u32;
+        // The index `alloc` would use; past `MAX_NODES - 1` it panics itself.
+        let max_index = slab.nodes.len().min(MAX_NODES - 1) as u32;
         let key = &kv.as_ref().expect("put without a key and value").0;
         match self
             .table
             .probe(h32, is_key(slab, key), max_index, hash_of(slab))
         {
             Probe::Found(index) => {
-                let node = &mut self.wheel.slab.nodes[index as usize];
-                let old_deadline = node.deadline;
-                let door = if now <= old_deadline {
-                    Door::Replaced
-                } else {
-                    Door::Expired
-                };
-                // SAFETY: the index came from the table, so the node is live
-                // and its `kv` initialised.
-                let pair = unsafe { node.kv.assume_init_mut() };
-                let (key, value) = kv.take().expect("put without a key and value");
-                let old_value = std::mem::replace(&mut pair.1, value);
-                self.wheel.reschedule(index, deadline);
-                PutOutcome::Overwrote(Removed {
-                    key,
-                    value: old_value,
-                    deadline: old_deadline,
-                    door,
-                })
+                let old = self.overwrite(index, kv, deadline, now);
+                if self.wheel.bound.is_some() {
+                    self.reweigh(index, weight, now, out);
+                }
+                PutOutcome::Overwrote(old)
             }
-            Probe::Vacant(at) => {
-                let index = self.wheel.alloc(kv, deadline, h32);
+            Probe::Vacant(mut at) => {
+                if let Some(b) = &mut self.wheel.bound {
+                    // A put of an absent key counts as an access to it
+                    // (an overwrite counts through the entry's access count).
+                    b.sketch.increment(h32);
+                    let fits = b.used.saturating_add(u64::from(weight)) <= b.cap;
+                    if !fits {
+                        let admitted = u64::from(weight) <= b.cap
+                            && self.make_room(u64::from(weight), now, None, Some(h32), out);
+                        if !admitted {
+                            let (key, value) = kv.take().expect("put without a key and value");
+                            out.push(Removed {
+                                key,
+                                value,
+                                deadline,
+                                door: Door::Size,
+                            });
+                            return PutOutcome::Refused;
+                        }
+                        // Removals shifted the table's slots.
+                        at = self.table.vacant(h32);
+                    }
+                }
+                let index = self.wheel.alloc(kv, deadline, h32, weight);
                 self.table.fill(at, h32, index);
                 PutOutcome::Inserted
             }
+        }
+    }
+
+    /// Puts the value in `kv` into live node `index` with a new deadline;
+    /// returns the old value, `Replaced` if it was live at `now`, else
+    /// `Expired`. `key` is the caller's (equal to the stored one, which
+    /// stays).
+    fn overwrite(
+        &mut self,
+        index: u32,
+        kv: &mut Option<(K, V)>,
+        deadline: u64,
+        now: u64,
+    ) -> Removed<K, V> {
+        let node = &mut self.wheel.slab.nodes[index as usize];
+        let old_deadline = node.deadline;
+        let door = if now <= old_deadline {
+            Door::Replaced
+        } else {
+            Door::Expired
+        };
+        // SAFETY: the index came from the table, so the node is live and
+        // its `kv` initialised.
+        let pair = unsafe { node.kv.assume_init_mut() };
+        let (key, value) = kv.take().expect("put without a key and value");
+        let old_value = std::mem::replace(&mut pair.1, value);
+        self.wheel.reschedule(index, deadline);
+        Removed {
+            key,
+            value: old_value,
+            deadline: old_deadline,
+            door,
+        }
+    }
+
+    /// After an overwrite of live node `index` in a bounded shard: counts
+    /// the access, records the new `weight`, and if the shard is now over
+    /// its bound makes room by pushing out *other* entries (only a weight
+    /// that grew can do that), or, if the entry alone is over the bound,
+    /// pushes out the entry itself (its new value, as `Size`).
+    fn reweigh(&mut self, index: u32, weight: u32, now: u64, out: &mut impl Sink<K, V>) {
+        let Some(b) = &mut self.wheel.bound else {
+            return;
+        };
+        with_mut_u32(&mut self.wheel.slab.nodes[index as usize].prev, |p| {
+            if *p < 3 * COUNT_ONE {
+                *p += COUNT_ONE;
+            }
+        });
+        b.reweigh(index, weight);
+        if b.used <= b.cap {
+            return;
+        }
+        if u64::from(weight) > b.cap {
+            out.push(self.take_index(index, Door::Size));
+        } else {
+            let made = self.make_room(0, now, Some(index), None, out);
+            debug_assert!(made, "an entry within the bound always fits alone");
+        }
+    }
+
+    /// Makes room in a bounded shard for `need` more weight: evicts what
+    /// its wheel has due at `now`, then walks the CLOCK hand (see
+    /// `policy`), evicting entries past their deadline as `Expired` and
+    /// victims as `Size`, never `skip`. With a `candidate` (the hash bits of
+    /// a new key), the first victim stays unless the candidate's estimated
+    /// frequency is higher: then nothing more is evicted and the result is
+    /// `false`. `true` once the room is there.
+    fn make_room(
+        &mut self,
+        need: u64,
+        now: u64,
+        skip: Option<u32>,
+        candidate: Option<u32>,
+        out: &mut impl Sink<K, V>,
+    ) -> bool {
+        let fits = |s: &Self| {
+            s.wheel
+                .bound
+                .as_ref()
+                .is_none_or(|b| b.used + need <= b.cap)
+        };
+        // Expired entries first: what the wheel has due, ...
+        while !fits(self) {
+            let before = out.len();
+            self.evict(now, 1, out);
+            if out.len() == before {
+                break;
+            }
+        }
+        // ... then those past their deadline but not yet due, whose timer
+        // tick is the next one: they share its list (a short one; at most
+        // `NEXT_TICK_SEARCH` are looked at).
+        if !fits(self) {
+            let w = &self.wheel;
+            let mut nodes = [0u32; NEXT_TICK_SEARCH];
+            let n = w
+                .lists
+                .list_nodes(&w.slab, w.slab.tick_of(now) + 1, &mut nodes);
+            for &i in &nodes[..n] {
+                if fits(self) {
+                    break;
+                }
+                if now > self.wheel.slab.nodes[i as usize].deadline && Some(i) != skip {
+                    out.push(self.take_index(i, Door::Expired));
+                }
+            }
+        }
+        let mut admitted = candidate.is_none();
+        // Each step passes over a vacant node, takes a count off a live one
+        // (at most 3 each), or evicts one: 4 sweeps always reach a victim.
+        let mut steps = 4 * self.wheel.slab.nodes.len() as u64 + 4;
+        while !fits(self) && steps > 0 {
+            steps -= 1;
+            let n = self.wheel.slab.nodes.len() as u32;
+            let b = self.wheel.bound.as_mut().expect("bounded");
+            let i = b.hand % n;
+            b.hand = (i + 1) % n;
+            if Some(i) == skip {
+                continue;
+            }
+            let node = &mut self.wheel.slab.nodes[i as usize];
+            let deadline = node.deadline;
+            let count = with_mut_u32(&mut node.prev, |p| {
+                if *p == VACANT {
+                    None
+                } else if *p >= COUNT_ONE {
+                    *p -= COUNT_ONE;
+                    Some(true)
+                } else {
+                    Some(false)
+                }
+            });
+            let h = self.wheel.slab.nodes.hash(i);
+            match count {
+                None => {}
+                Some(_) if now > deadline => out.push(self.take_index(i, Door::Expired)),
+                Some(true) => b.sketch.increment(h),
+                Some(false) => {
+                    if !admitted {
+                        let cand = candidate.expect("unadmitted without a candidate");
+                        if !b.admits(cand, h) {
+                            // The victim stays, and meets the next candidate.
+                            b.hand = i;
+                            return false;
+                        }
+                        admitted = true;
+                    }
+                    out.push(self.take_index(i, Door::Size));
+                }
+            }
+        }
+        debug_assert!(fits(self), "the CLOCK hand found no room");
+        fits(self)
+    }
+
+    /// Takes live node `index` out of the table and the wheel.
+    fn take_index(&mut self, index: u32, door: Door) -> Removed<K, V> {
+        let h32 = self.wheel.slab.nodes.hash(index);
+        let found = self
+            .table
+            .remove(h32, |i| i == index, hash_of(&self.wheel.slab));
+        debug_assert_eq!(found, Some(index), "live entry missing from the table");
+        let e = self.wheel.release(index, true);
+        Removed {
+            key: e.key,
+            value: e.value,
+            deadline: e.deadline,
+            door,
         }
     }
 
@@ -659,7 +996,10 @@ impl<K, V> Shard<K, V> {
     where
         K: Eq,
     {
-        self.put(hash, &mut Some((key, value)), deadline, now)
+        let mut out = Vec::new();
+        let r = self.put(hash, &mut Some((key, value)), deadline, now, 1, &mut out);
+        assert!(out.is_empty(), "put_owned on a full bounded shard");
+        r
     }
 
     /// Removes `key` if held. The door is `Removed` if it was live at `now`,
@@ -713,7 +1053,7 @@ impl<K, V> Shard<K, V> {
         &mut self,
         now: u64,
         limit: usize,
-        out: &mut Vec<Removed<K, V>>,
+        out: &mut impl Sink<K, V>,
     ) -> (bool, u64) {
         let now = now.max(self.time_of(self.wheel.lists.now()));
         let wheel = &mut self.wheel;
@@ -769,7 +1109,11 @@ impl<K, V> Shard<K, V> {
     /// (the caller drains the returned shard after unlocking).
     pub(crate) fn take_all(&mut self, now: u64) -> Shard<K, V> {
         let Slab { shift, phase, .. } = self.wheel.slab;
-        std::mem::replace(self, Shard::new(shift, phase, now))
+        let mut fresh = Shard::new(shift, phase, now);
+        if let Some((cap, weighted)) = self.bound_config() {
+            fresh = fresh.bounded(cap, weighted);
+        }
+        std::mem::replace(self, fresh)
     }
 
     /// Drains every entry (for `clear` and shutdown), without the lock. If
@@ -807,6 +1151,18 @@ impl<K, V> Shard<K, V> {
         assert_eq!(w.free.len() + w.len, n, "nodes neither live nor free");
         for index in self.table.iter() {
             assert!(live[index as usize], "table points at vacant {index}");
+        }
+        for (i, &l) in live.iter().enumerate() {
+            let vacant = w.slab.nodes[i].prev.load(Ordering::Relaxed) == VACANT;
+            assert_eq!(vacant, !l, "node {i}: marked vacant {vacant}, live {l}");
+        }
+        if let Some(b) = &w.bound {
+            let weights: u64 = (0..n as u32)
+                .filter(|&i| live[i as usize])
+                .map(|i| b.weight(i))
+                .sum();
+            assert_eq!(b.used, weights, "bound's usage is not the live weights");
+            assert!(b.used <= b.cap, "over the bound: {} > {}", b.used, b.cap);
         }
     }
 }

@@ -100,9 +100,11 @@ pub(crate) enum Probe {
 /// A linear-probing table of `tag | slab index` slots.
 #[derive(Debug)]
 pub(crate) struct Table {
-    /// One empty slot (a new table), or a length from [`next_len`]'s
-    /// sequence: `2^k` or `3 * 2^k`. Never zero slots, so a probe never
-    /// checks for a missing table: it meets an empty slot.
+    /// One empty slot (a new table), a length from [`next_len`]'s sequence
+    /// (`2^k` or `3 * 2^k`), or one chosen by
+    /// [`with_capacity`](Self::with_capacity) and what grows from it.
+    /// Never zero slots, so a probe never checks for a missing table: it
+    /// meets an empty slot.
     slots: Box<[u32]>,
     /// The index bits of a slot (`2^b - 1`); the other bits are the tag.
     index_mask: u32,
@@ -113,6 +115,24 @@ impl Table {
     pub(crate) fn new() -> Self {
         Self {
             slots: Box::new([EMPTY]),
+            index_mask: (1 << MIN_INDEX_BITS) - 1,
+            len: 0,
+        }
+    }
+
+    /// A table that holds `n` entries without growing: the fewest slots
+    /// that stay at most 3/4 full with `n + 1` (a probe for a new key checks
+    /// the load before it knows whether the key is new). Any slot count
+    /// works (the home slot is scaled to it); growth from it goes on by 3/2
+    /// or 4/3. For a bounded shard, whose entry count is known: its table
+    /// is 3/4 full when the shard is, where growth from empty leaves it
+    /// between 1/2 and 3/4 full.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        let slots = (4 * (n + 1))
+            .div_ceil(3)
+            .clamp(MIN_SLOTS, MAX_SLOTS as usize);
+        Self {
+            slots: vec![EMPTY; slots].into_boxed_slice(),
             index_mask: (1 << MIN_INDEX_BITS) - 1,
             len: 0,
         }
@@ -253,6 +273,17 @@ impl Table {
         match self.scan(h32, eq) {
             Ok((_, index)) => Probe::Found(index),
             Err(at) => Probe::Vacant(at),
+        }
+    }
+
+    /// The slot where a key with hash bits `h32`, known to be absent, goes:
+    /// the empty slot that ends its cluster. For a [`fill`](Self::fill)
+    /// after removals since the [`probe`](Self::probe) that found it
+    /// absent (which ran `eq`; this does not).
+    pub(crate) fn vacant(&self, h32: u32) -> usize {
+        match self.scan(h32, |_| false) {
+            Err(at) => at,
+            Ok(_) => unreachable!("a probe that never matches ends at an empty slot"),
         }
     }
 

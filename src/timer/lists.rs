@@ -138,6 +138,24 @@ impl<const R: u32> Lists<R> {
         self.level_bits = 0;
     }
 
+    /// Fills `out` with the first nodes of the list that holds deadline
+    /// `tick` (with others, at a level above 0), from its head; returns how
+    /// many it wrote.
+    pub(crate) fn list_nodes(&self, store: &impl Links, tick: u64, out: &mut [u32]) -> usize {
+        let head = self.heads[self.list_for(tick)];
+        let mut cur = head;
+        let mut n = 0;
+        while cur != NIL && n < out.len() {
+            out[n] = cur;
+            n += 1;
+            cur = store.links(cur).1;
+            if cur == head {
+                break;
+            }
+        }
+        n
+    }
+
     /// The list a node with `deadline` belongs on, given the current `now`.
     #[inline]
     pub(super) fn list_for(&self, deadline: u64) -> usize {

@@ -1,0 +1,261 @@
+//! Hit ratio and request rate of the bounded map against moka and
+//! quick_cache, on the same key traces in one run.
+//!
+//! ```text
+//! cargo bench --bench hit_ratio
+//! HIT_RATIO_REQUESTS=300000 cargo bench --bench hit_ratio   # a quick look
+//! HIT_RATIO_ONLY=expiremap cargo bench --bench hit_ratio     # one cache (for perf)
+//! ```
+//!
+//! Each trace is replayed as a cache is used: `get`; on a miss, `put` with
+//! a TTL of one hour, so that only the capacity policy decides what is
+//! held. One thread, the trace generated before the clock starts. Traces,
+//! 3 × 10^6 requests each (over 10^6 keys for the Zipf ones):
+//!
+//! 1. `zipf-0.99`: Zipf exponent 0.99, capacity 1 % of the keys;
+//! 2. `zipf-0.8`: exponent 0.8, capacity 5 %;
+//! 3. `scan`: trace 1 with a burst of 20,000 never-repeated keys after
+//!    every 50,000 requests (scan resistance), capacity 1 %;
+//! 4. `loop`: keys `0, 1, ..., 1.25 C - 1` over and over, capacity `C` =
+//!    10,000 (LRU and FIFO hit nothing);
+//! 5. `shift`: trace 1 whose popular keys change halfway (the second half
+//!    draws from another million keys): how fast the policy forgets.
+//!
+//! Contenders: `expiremap` (`max_entries(C)`, default shards),
+//! `expiremap-1` (`shards(1)`: the policy without the split), moka
+//! (`max_capacity(C)` and `time_to_live`, TinyLFU) and quick_cache
+//! (`Cache::new(C)`, no TTL).
+
+use expiremap::ExpireMap;
+use expiremap_benches::{SplitMix64, mix64};
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(3600);
+
+trait Cache {
+    fn name(&self) -> &'static str;
+    fn get(&self, k: u64) -> bool;
+    fn put(&self, k: u64);
+}
+
+struct Ours(ExpireMap<u64, u64>, &'static str);
+impl Cache for Ours {
+    fn name(&self) -> &'static str {
+        self.1
+    }
+    fn get(&self, k: u64) -> bool {
+        self.0.get(&k).is_some()
+    }
+    fn put(&self, k: u64) {
+        self.0.put(k, k, TTL);
+    }
+}
+
+struct Moka(moka::sync::Cache<u64, u64, ahash::RandomState>);
+impl Cache for Moka {
+    fn name(&self) -> &'static str {
+        "moka"
+    }
+    fn get(&self, k: u64) -> bool {
+        self.0.get(&k).is_some()
+    }
+    fn put(&self, k: u64) {
+        self.0.insert(k, k);
+    }
+}
+
+struct Quick(quick_cache::sync::Cache<u64, u64>);
+impl Cache for Quick {
+    fn name(&self) -> &'static str {
+        "quick_cache"
+    }
+    fn get(&self, k: u64) -> bool {
+        self.0.get(&k).is_some()
+    }
+    fn put(&self, k: u64) {
+        self.0.insert(k, k);
+    }
+}
+
+fn contenders(cap: u64) -> Vec<Box<dyn Cache>> {
+    vec![
+        Box::new(Ours(
+            ExpireMap::builder().max_entries(cap).build(),
+            "expiremap",
+        )),
+        Box::new(Ours(
+            ExpireMap::builder().max_entries(cap).shards(1).build(),
+            "expiremap-1",
+        )),
+        Box::new(Moka(
+            moka::sync::Cache::builder()
+                .max_capacity(cap)
+                .time_to_live(TTL)
+                .build_with_hasher(ahash::RandomState::new()),
+        )),
+        Box::new(Quick(quick_cache::sync::Cache::new(cap as usize))),
+    ]
+}
+
+/// Zipf ranks over `n` keys with exponent `s`, by inverting the CDF.
+struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64) -> Self {
+        let mut cdf = Vec::with_capacity(n);
+        let mut sum = 0.0;
+        for r in 1..=n {
+            sum += 1.0 / (r as f64).powf(s);
+            cdf.push(sum);
+        }
+        for c in &mut cdf {
+            *c /= sum;
+        }
+        Self { cdf }
+    }
+
+    fn sample(&self, rng: &mut SplitMix64) -> u64 {
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        self.cdf.partition_point(|&c| c < u) as u64
+    }
+}
+
+struct Trace {
+    name: &'static str,
+    cap: u64,
+    keys: Vec<u64>,
+}
+
+fn traces(requests: usize) -> Vec<Trace> {
+    const KEYS: usize = 1_000_000;
+    let mut rng = SplitMix64(0x5EED);
+    let z99 = Zipf::new(KEYS, 0.99);
+    let z80 = Zipf::new(KEYS, 0.8);
+    let zipf = |z: &Zipf, rng: &mut SplitMix64| -> Vec<u64> {
+        (0..requests).map(|_| mix64(z.sample(rng))).collect()
+    };
+    let mut scan = Vec::with_capacity(requests);
+    let mut fresh = KEYS as u64;
+    while scan.len() < requests {
+        for _ in 0..50_000 {
+            scan.push(mix64(z99.sample(&mut rng)));
+        }
+        for _ in 0..20_000 {
+            scan.push(mix64(fresh));
+            fresh += 1;
+        }
+    }
+    scan.truncate(requests);
+    let loop_cap = 10_000u64;
+    let looped = (0..requests as u64)
+        .map(|i| mix64(i % (loop_cap * 5 / 4)))
+        .collect();
+    let half = requests / 2;
+    let shift = (0..requests)
+        .map(|i| {
+            let rank = z99.sample(&mut rng);
+            mix64(if i < half {
+                rank
+            } else {
+                rank + 2 * KEYS as u64
+            })
+        })
+        .collect();
+    vec![
+        Trace {
+            name: "zipf-0.99",
+            cap: (KEYS / 100) as u64,
+            keys: zipf(&z99, &mut rng),
+        },
+        Trace {
+            name: "zipf-0.8",
+            cap: (KEYS / 20) as u64,
+            keys: zipf(&z80, &mut rng),
+        },
+        Trace {
+            name: "scan",
+            cap: (KEYS / 100) as u64,
+            keys: scan,
+        },
+        Trace {
+            name: "loop",
+            cap: loop_cap,
+            keys: looped,
+        },
+        Trace {
+            name: "shift",
+            cap: (KEYS / 100) as u64,
+            keys: shift,
+        },
+    ]
+}
+
+fn replay(c: &dyn Cache, keys: &[u64]) -> (f64, f64) {
+    let t0 = Instant::now();
+    let mut hits = 0u64;
+    for &k in keys {
+        if c.get(k) {
+            hits += 1;
+        } else {
+            c.put(k);
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    (
+        hits as f64 / keys.len() as f64,
+        keys.len() as f64 / secs / 1e6,
+    )
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` probing the binary
+    }
+    let requests = std::env::var("HIT_RATIO_REQUESTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3_000_000);
+    println!("| trace | capacity | cache | hit ratio | Mreq/s |");
+    println!("| --- | ---: | --- | ---: | ---: |");
+    let mut summary = Vec::new();
+    for t in traces(requests) {
+        let mut row = Vec::new();
+        let only = std::env::var("HIT_RATIO_ONLY").ok();
+        for c in contenders(t.cap) {
+            if only.as_deref().is_some_and(|o| o != c.name()) {
+                continue;
+            }
+            let (hit, rate) = replay(c.as_ref(), &t.keys);
+            println!(
+                "| {} | {} | {} | {:.2} % | {:.2} |",
+                t.name,
+                t.cap,
+                c.name(),
+                hit * 100.0,
+                rate
+            );
+            row.push((c.name(), hit, rate));
+        }
+        summary.push((t.name, row));
+    }
+    println!();
+    println!("| trace | expiremap - best peer (points) | vs moka (rate) | vs quick_cache (rate) |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (name, row) in summary {
+        if row.len() < 4 {
+            continue;
+        }
+        let get = |n: &str| row.iter().find(|r| r.0 == n).copied().unwrap();
+        let ours = get("expiremap");
+        let (moka, quick) = (get("moka"), get("quick_cache"));
+        let best = moka.1.max(quick.1);
+        println!(
+            "| {name} | {:+.2} | {:.2}x | {:.2}x |",
+            (ours.1 - best) * 100.0,
+            ours.2 / moka.2,
+            ours.2 / quick.2
+        );
+    }
+}
