@@ -56,7 +56,7 @@ fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
 }
 
 fn single_threaded(seed: u64, ops: usize) {
-    single_threaded_with(seed, ops, ahash::RandomState::new(), 0, 40, 0);
+    single_threaded_with(seed, ops, ahash::RandomState::new(), 0, 40, 0, None);
 }
 
 /// A hasher whose hashes share few values in their low 32 bits (the bits a
@@ -106,6 +106,13 @@ impl std::hash::Hasher for CollidingHasher {
 /// happens is open, so events are compared as a whole at the end, and
 /// `evict_expired`'s count, `len` and `next_expiry` are checked for what
 /// holds under the race.
+///
+/// With a `bound`, the map is built with `max_entries(bound)`. Which entries
+/// its policy pushes out is not modelled: the model learns it from the
+/// events (every entry of another key that left during an operation left
+/// by `Size`, or by `Expired` if past its deadline; a refused new value
+/// leaves by `Size`), and checks everything else exactly, and `len()`
+/// against the bound after every operation.
 fn single_threaded_with<S>(
     seed: u64,
     ops: usize,
@@ -113,6 +120,7 @@ fn single_threaded_with<S>(
     origin: u64,
     spread: u32,
     evictors: usize,
+    bound: Option<u64>,
 ) where
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
@@ -121,18 +129,20 @@ fn single_threaded_with<S>(
          (rerun with EXPIREMAP_SEED={seed})"
     );
     let racing = evictors > 0;
+    assert!(!(racing && bound.is_some()), "one or the other");
     let mut rng = Rng(seed);
     let clock = ManualClock::starting_at(origin.saturating_add(rng.below(1 << spread)));
-    let map = Arc::new(
-        ExpireMap::<u64, u64>::builder()
-            .hasher(hasher)
-            .clock(clock.clone())
-            .background_eviction(racing)
-            .publish_removals(true)
-            .event_capacity(1 << 20)
-            .shards(1 << rng.below(4))
-            .build(),
-    );
+    let mut builder = ExpireMap::<u64, u64>::builder()
+        .hasher(hasher)
+        .clock(clock.clone())
+        .background_eviction(racing)
+        .publish_removals(true)
+        .event_capacity(1 << 20)
+        .shards(1 << rng.below(4));
+    if let Some(n) = bound {
+        builder = builder.max_entries(n);
+    }
+    let map = Arc::new(builder.build());
     let mut sub = map.subscribe().unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let racers: Vec<_> = (0..evictors)
@@ -341,6 +351,33 @@ fn single_threaded_with<S>(
         if racing {
             owed.append(&mut expected_events);
             seen.append(&mut events(&mut sub));
+        } else if let Some(n) = bound {
+            let mut own = Vec::new();
+            for (k, v, cause) in events(&mut sub) {
+                if k == key {
+                    own.push((k, v, cause));
+                    continue;
+                }
+                // Pushed out to make room for this operation's key.
+                let m = model
+                    .remove(&k)
+                    .unwrap_or_else(|| panic!("{ctx}: {k} left twice"));
+                assert_eq!(m.value, v, "{ctx}: key {k}");
+                match cause {
+                    Cause::Expired => assert!(t > m.deadline, "{ctx}: {k} not expired"),
+                    Cause::Size => assert!(t <= m.deadline, "{ctx}: {k} expired, left as Size"),
+                    c => panic!("{ctx}: {k} left by {c:?}"),
+                }
+            }
+            // This put's own value, refused.
+            if let Some(at) = own.iter().position(|&e| e == (key, serial, Cause::Size)) {
+                own.remove(at);
+                assert_eq!(model.remove(&key).map(|m| m.value), Some(serial), "{ctx}");
+            }
+            assert_eq!(own, expected_events, "{ctx}: events");
+            let len = map.len();
+            assert!(len as u64 <= n, "{ctx}: len {len} over the bound {n}");
+            assert_eq!(len, model.len(), "{ctx}: len");
         } else if !expected_events.is_empty() {
             assert_eq!(events(&mut sub), expected_events, "{ctx}: events");
         }
@@ -425,6 +462,7 @@ fn shadow_single_threaded_colliding_hashes() {
             0,
             40,
             0,
+            None,
         );
     }
 }
@@ -445,6 +483,7 @@ fn shadow_single_threaded_at_the_end_of_time() {
             u64::MAX - (1 << spread) - (1 << 30),
             spread,
             0,
+            None,
         );
     }
 }
@@ -468,6 +507,25 @@ fn shadow_single_threaded_with_racing_evictors() {
             origin,
             spread,
             2,
+            None,
+        );
+    }
+}
+
+/// The exact model with `max_entries`: bounds of 1 (every new key competes
+/// with the one held), 7, and 60 over up to 300 keys.
+#[test]
+fn shadow_single_threaded_bounded() {
+    let base = seed(0xB0_07D5);
+    for (i, bound) in [1, 7, 60, 60].into_iter().enumerate() {
+        single_threaded_with(
+            base.wrapping_add(i as u64),
+            scaled(100_000),
+            ahash::RandomState::new(),
+            0,
+            40,
+            0,
+            Some(bound),
         );
     }
 }
@@ -555,15 +613,27 @@ impl Drop for Tracked {
 
 #[test]
 fn conservation_every_value_leaves_by_exactly_one_door() {
+    conservation(None);
+}
+
+/// The same with `max_entries(64)` over 500 keys: `Size` is a door too, and
+/// `len()` stays within the bound whenever it is read.
+#[test]
+fn conservation_with_a_bound() {
+    conservation(Some(64));
+}
+
+fn conservation(bound: Option<u64>) {
     let live = Arc::new(AtomicI64::new(0));
     let clock = ManualClock::new();
-    let map = Arc::new(
-        ExpireMap::<u64, Tracked>::builder()
-            .clock(clock.clone())
-            .publish_removals(true)
-            .event_capacity(1 << 20)
-            .build(),
-    );
+    let mut builder = ExpireMap::<u64, Tracked>::builder()
+        .clock(clock.clone())
+        .publish_removals(true)
+        .event_capacity(1 << 20);
+    if let Some(n) = bound {
+        builder = builder.max_entries(n);
+    }
+    let map = Arc::new(builder.build());
     let mut sub = map.subscribe().unwrap();
     let next_id = Arc::new(AtomicU64::new(0));
     let returned = Arc::new(Mutex::new(Vec::new()));
@@ -615,7 +685,12 @@ fn conservation_every_value_leaves_by_exactly_one_door() {
                     Duration::from_micros(500)
                 };
                 clock.advance(by);
-                if map.len() % 7 == 0 {
+                let len = map.len();
+                assert!(
+                    bound.is_none_or(|n| len as u64 <= n),
+                    "len {len} over {bound:?}"
+                );
+                if len % 7 == 0 {
                     map.evict_expired();
                 }
                 std::thread::yield_now();
@@ -661,7 +736,12 @@ fn conservation_every_value_leaves_by_exactly_one_door() {
     let ignored = returned.iter().filter(|&&x| x > u64::MAX / 2).count();
     returned.retain(|&x| x < u64::MAX / 2);
     let take = |c| by_cause.get(&c).cloned().unwrap_or_default();
-    let (expired, shutdown) = (take(Cause::Expired), take(Cause::Shutdown));
+    let (expired, shutdown, size) = (
+        take(Cause::Expired),
+        take(Cause::Shutdown),
+        take(Cause::Size),
+    );
+    assert_eq!(bound.is_some(), !size.is_empty(), "Size only with a bound");
     let (mut removed_ev, mut returned_sorted) = (take(Cause::Removed), returned.clone());
     removed_ev.extend(take(Cause::Replaced));
     removed_ev.sort_unstable();
@@ -674,6 +754,7 @@ fn conservation_every_value_leaves_by_exactly_one_door() {
         .iter()
         .chain(&expired)
         .chain(&shutdown)
+        .chain(&size)
         .copied()
         .collect();
     let total = all.len();

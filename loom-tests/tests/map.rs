@@ -227,3 +227,55 @@ fn two_eviction_passes_race_a_remove() {
         assert_eq!(until_closed(&mut sub), [(3, Cause::Shutdown)]);
     });
 }
+
+/// The capacity bound under concurrent puts and eviction: a map bounded to
+/// one entry holds key 1 (expired), and two threads put keys 2 and 3 while a
+/// third runs `evict_expired`. However they interleave, the map never holds
+/// more than one entry, key 1 leaves as `Expired` (taken by the eviction
+/// or by a put making room), and of keys 2 and 3 one stays (then leaves at
+/// `Shutdown`) and the other leaves as `Size`: every value exactly once.
+#[test]
+fn the_bound_holds_under_concurrent_puts_and_eviction() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map = Arc::new(
+            ExpireMap::<u32, u32>::builder()
+                .clock(clock.clone())
+                .shards(1)
+                .max_entries(1)
+                .background_eviction(false)
+                .event_capacity(8)
+                .max_subscribers(1)
+                .build(),
+        );
+        let mut sub = map.subscribe().unwrap();
+        map.put(1, 10, MS);
+        clock.advance(2 * MS);
+        let put = |k: u32| {
+            let map = map.clone();
+            thread::spawn(move || {
+                assert_eq!(map.put(k, k * 10, Duration::from_secs(3600)), None);
+                assert!(map.len() <= 1);
+            })
+        };
+        let (a, b) = (put(2), put(3));
+        let c = {
+            let map = map.clone();
+            thread::spawn(move || map.evict_expired())
+        };
+        a.join().unwrap();
+        b.join().unwrap();
+        c.join().unwrap();
+        assert_eq!(map.len(), 1);
+        drop(Arc::try_unwrap(map).expect("one handle"));
+        let mut left = until_closed(&mut sub);
+        left.sort_unstable();
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert_eq!(left[0], (1, Cause::Expired));
+        let causes = [left[1].1, left[2].1];
+        assert!(
+            causes == [Cause::Shutdown, Cause::Size] || causes == [Cause::Size, Cause::Shutdown],
+            "{left:?}"
+        );
+    });
+}
