@@ -126,6 +126,55 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Capacity
+//!
+//! By default a map holds whatever is put until it expires.
+//! [`Builder::max_entries`] bounds the number of entries, and
+//! [`Builder::max_weight`] with [`Builder::weigher`] their total weight.
+//! When a put needs room, **expired entries go first**; after them a policy
+//! chooses, with the hit ratio of the best peers (measured against moka and
+//! quick_cache in `cargo bench --bench hit_ratio`, BENCHMARKS.md):
+//!
+//! * eviction by CLOCK: each entry has a 2-bit access count that a hit
+//!   raises with one relaxed store to the node the lookup already read
+//!   (under the read lock, never the write lock), and the hand passes over
+//!   recently read entries;
+//! * admission by TinyLFU (as in Caffeine and moka): a count-min sketch
+//!   remembers how often keys were asked for, held or not, and a new key
+//!   displaces the CLOCK victim only if it was asked for more often. A
+//!   scan of one-off keys does not flush the cache, and a loop over more
+//!   keys than fit keeps a fixed part of them.
+//!
+//! Every value pushed out, and every new value refused, leaves as
+//! [`Cause::Size`], published by default; conservation holds as for every
+//! other door. The bound is split evenly over the shards, each of which
+//! holds its share under its own lock, so `len()` never exceeds the bound
+//! at any moment (a put into a full shard may push out an entry while other
+//! shards have room). With `shards(1)` a new key is stored whenever the map
+//! holds fewer than `n` entries. An overwrite pushes out other entries
+//! only if its weight grew; an entry heavier than its shard's share of the
+//! weight is refused.
+//!
+//! ```
+//! use expiremap::{Cause, ExpireMap};
+//! use std::time::Duration;
+//!
+//! let map = ExpireMap::<u32, u32>::builder().shards(1).max_entries(2).build();
+//! let mut events = map.subscribe()?;
+//! let hour = Duration::from_secs(3600);
+//! map.put(1, 1, hour);
+//! map.put(2, 2, hour);
+//! assert_eq!(map.get(&1), Some(1)); // key 1 was read
+//! map.put(3, 3, hour); // asked for once, like the victim: refused
+//! assert_eq!(map.len(), 2);
+//! let e = events.try_recv()?;
+//! assert_eq!((e.key, e.cause), (3, Cause::Size));
+//! map.put(3, 3, hour); // asked for twice now: displaces key 2
+//! assert_eq!((map.get(&2), map.get(&3)), (None, Some(3)));
+//! assert_eq!(events.try_recv()?.key, 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Memory per entry
 //!
 //! An entry lives in one slab node of its shard, which is also its timer

@@ -181,7 +181,7 @@ impl Time {
     /// its micro-ops fill the out-of-order window ahead of this operation's
     /// loads. After a prefetch (which nothing waits for) this operation's
     /// first cache miss is already in flight (BENCHMARKS.md, "lookup_loop").
-    #[inline]
+    #[inline(always)]
     fn around<G, W, T>(
         &self,
         lock: impl FnOnce() -> G,
@@ -350,6 +350,34 @@ where
             return None;
         }
         let inner = &*self.inner;
+        if inner.config.bound.is_some() {
+            return self.put_bounded(key, value, ttl);
+        }
+        let hash = inner.hasher.hash_one(&key);
+        // Declared before the lock guard, so that if the user's `Eq` panics
+        // in the probe, the key and value are dropped after the guard:
+        // outside the lock.
+        let mut kv = Some((key, value));
+        let (outcome, kick, now) = {
+            let (mut shard, now) = inner.write_now(hash);
+            let deadline = now.saturating_add(nanos(ttl));
+            let outcome = shard.put(hash, &mut kv, deadline, now);
+            (outcome, inner.needs_kick(&shard, deadline), now)
+        };
+        self.kick_if(kick);
+        match outcome {
+            PutOutcome::Inserted | PutOutcome::Refused => None,
+            PutOutcome::Overwrote(old) => inner.leave(old, now),
+        }
+    }
+
+    /// [`put`](Self::put) into a bounded map: the weigher runs first (no
+    /// lock held), and what the bound pushes out is published or dropped
+    /// after the lock is released. Apart from the unbounded `put`, which
+    /// pays nothing for it.
+    #[inline(never)]
+    fn put_bounded(&self, key: K, value: V, ttl: Duration) -> Option<V> {
+        let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
         // Declared before the lock guard, so that if the user's `Eq` panics
@@ -360,14 +388,14 @@ where
         let (outcome, kick, now) = {
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
-            let outcome = shard.put(hash, &mut kv, deadline, now, weight, &mut out);
+            let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
             let kick =
                 matches!(outcome, PutOutcome::Refused).not() && inner.needs_kick(&shard, deadline);
             (outcome, kick, now)
         };
         self.kick_if(kick);
-        for r in out {
-            inner.leave(r, now);
+        if !out.is_empty() {
+            inner.leave_all(out, now);
         }
         match outcome {
             PutOutcome::Inserted | PutOutcome::Refused => None,
@@ -618,7 +646,7 @@ where
     /// Takes the lock of `hash`'s shard with `lock`, starts loading what
     /// the operation touches first with `warm`, and reads the time with
     /// `read`, in the order [`Time::around`] explains.
-    #[inline]
+    #[inline(always)]
     fn around<'a, G, W, T>(
         &'a self,
         hash: u64,
@@ -635,7 +663,7 @@ where
 
     /// The write lock of `hash`'s shard and the exact time, for the
     /// operations that change a shard.
-    #[inline]
+    #[inline(always)]
     fn write_now(&self, hash: u64) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64) {
         // The home slot is only a hint here: the write may grow the table.
         let (guard, _, now) = self.around(hash, |l| l.write(), |s| s.start(hash), Time::now);
@@ -688,6 +716,16 @@ where
                 }
                 Some(old.value)
             }
+        }
+    }
+
+    /// [`leave`](Self::leave) for each entry a put pushed out. Cold: only
+    /// a bounded map's full shards push anything out.
+    #[cold]
+    #[inline(never)]
+    fn leave_all(&self, out: shard::Out<K, V>, now: u64) {
+        for r in out {
+            self.leave(r, now);
         }
     }
 

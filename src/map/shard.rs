@@ -361,6 +361,12 @@ impl<K, V> Out<K, V> {
             rest: Vec::new(),
         }
     }
+
+    /// Nothing was pushed.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
 }
 
 impl<K, V> Sink<K, V> for Out<K, V> {
@@ -487,6 +493,7 @@ impl<K, V> Wheel<K, V> {
     /// Takes the key and value out of `kv` (which must hold them) into a
     /// new node. If the shard is full it panics with them still in `kv`,
     /// so the caller can drop them after releasing the lock.
+    #[inline]
     fn alloc(&mut self, kv: &mut Option<(K, V)>, deadline: u64, h32: u32, weight: u32) -> u32 {
         let reuse = self.free.pop();
         if reuse.is_none() {
@@ -750,11 +757,43 @@ impl<K, V> Shard<K, V> {
     /// caller still owns them and drops them after releasing the lock, so
     /// no user `Drop` runs under it.
     ///
-    /// In a bounded shard the entry weighs `weight`, and what must leave to
-    /// make room (expired entries, the policy's victims, or this value if
-    /// the policy refuses it or it is heavier than the whole bound) is
-    /// pushed to `out` (see `policy`).
+    /// An unbounded shard's; see [`put_bounded`](Self::put_bounded).
+    #[inline]
     pub(crate) fn put(
+        &mut self,
+        hash: u64,
+        kv: &mut Option<(K, V)>,
+        deadline: u64,
+        now: u64,
+    ) -> PutOutcome<K, V>
+    where
+        K: Eq,
+    {
+        debug_assert!(self.wheel.bound.is_none());
+        let slab = &self.wheel.slab;
+        let h32 = hash as u32;
+        // The index `alloc` would use; past `MAX_NODES - 1` it panics itself.
+        let max_index = slab.nodes.len().min(MAX_NODES - 1) as u32;
+        let key = &kv.as_ref().expect("put without a key and value").0;
+        match self
+            .table
+            .probe(h32, is_key(slab, key), max_index, hash_of(slab))
+        {
+            Probe::Found(index) => PutOutcome::Overwrote(self.overwrite(index, kv, deadline, now)),
+            Probe::Vacant(at) => {
+                let index = self.wheel.alloc(kv, deadline, h32, 1);
+                self.table.fill(at, h32, index);
+                PutOutcome::Inserted
+            }
+        }
+    }
+
+    /// [`put`](Self::put) into a bounded shard (or an unbounded one, which
+    /// it treats as `put` does): the entry weighs `weight`, and what must
+    /// leave to make room (expired entries, the policy's victims, or this
+    /// value if the policy refuses it or it is heavier than the whole
+    /// bound) is pushed to `out` (see `policy`).
+    pub(crate) fn put_bounded(
         &mut self,
         hash: u64,
         kv: &mut Option<(K, V)>,
@@ -997,7 +1036,7 @@ impl<K, V> Shard<K, V> {
         K: Eq,
     {
         let mut out = Vec::new();
-        let r = self.put(hash, &mut Some((key, value)), deadline, now, 1, &mut out);
+        let r = self.put_bounded(hash, &mut Some((key, value)), deadline, now, 1, &mut out);
         assert!(out.is_empty(), "put_owned on a full bounded shard");
         r
     }

@@ -479,7 +479,7 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                     serial += 1;
                     let d = now + 1 + rnd(20 * P);
                     let w = if weighted { rnd(12) as u32 } else { 1 };
-                    let outcome = s.put(k, &mut Some((k, serial)), d, now, w, &mut out);
+                    let outcome = s.put_bounded(k, &mut Some((k, serial)), d, now, w, &mut out);
                     let refused = matches!(outcome, PutOutcome::Refused);
                     match outcome {
                         PutOutcome::Inserted => assert!(!model.contains_key(&k)),
@@ -539,12 +539,12 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
 fn a_full_shard_evicts_expired_entries_first() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(3, false);
     let mut out = Vec::new();
-    s.put(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out);
-    s.put(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out); // expires first
-    s.put(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out);
+    s.put_bounded(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out);
+    s.put_bounded(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out); // expires first
+    s.put_bounded(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out);
     // Past key 2's deadline, but within its timer tick.
     let now = 5 * P + 1;
-    let r = s.put(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out);
+    let r = s.put_bounded(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out);
     assert!(matches!(r, PutOutcome::Inserted));
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].key, out[0].door), (2, Door::Expired));
@@ -558,14 +558,14 @@ fn admission_refuses_a_rarer_newcomer_until_it_is_asked_for_more() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(2, false);
     let mut out = Vec::new();
     for _ in 0..3 {
-        s.put(1, &mut Some((1, 1)), P, 0, 1, &mut out);
-        s.put(2, &mut Some((2, 2)), P, 0, 1, &mut out);
+        s.put_bounded(1, &mut Some((1, 1)), P, 0, 1, &mut out);
+        s.put_bounded(2, &mut Some((2, 2)), P, 0, 1, &mut out);
     }
     assert!(out.is_empty());
     let mut tries = 0;
     loop {
         tries += 1;
-        match s.put(3, &mut Some((3, 3)), P, 0, 1, &mut out) {
+        match s.put_bounded(3, &mut Some((3, 3)), P, 0, 1, &mut out) {
             PutOutcome::Refused => {
                 let r = out.pop().unwrap();
                 assert_eq!((r.key, r.door), (3, Door::Size));
@@ -595,7 +595,7 @@ fn weights_decide_what_fits() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(10, true);
     let mut out = Vec::new();
     let put = |s: &mut Shard<u64, u64>, k: u64, w: u32, out: &mut Vec<_>| {
-        s.put(k, &mut Some((k, k)), 100 * P, 0, w, out)
+        s.put_bounded(k, &mut Some((k, k)), 100 * P, 0, w, out)
     };
     assert!(matches!(put(&mut s, 1, 11, &mut out), PutOutcome::Refused));
     assert_eq!(
