@@ -11,7 +11,7 @@ mod common;
 #[path = "common/shadow_mt.rs"]
 mod shadow_mt;
 
-use common::{Rng, seed};
+use common::{Racers, Rng, seed};
 use expiremap::{Cause, ExpireMap, ManualClock, Subscriber, SystemClock, TryRecvError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -144,17 +144,7 @@ fn single_threaded_with<S>(
     }
     let map = Arc::new(builder.build());
     let mut sub = map.subscribe().unwrap();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let racers: Vec<_> = (0..evictors)
-        .map(|_| {
-            let (map, stop) = (map.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    map.evict_expired();
-                }
-            })
-        })
-        .collect();
+    let racers = Racers::spawn(&map, evictors);
     // In a race, every event seen and every event the model expects.
     let (mut seen, mut owed) = (Vec::new(), Vec::new());
     let mut model: HashMap<u64, Model> = HashMap::new();
@@ -382,10 +372,7 @@ fn single_threaded_with<S>(
             assert_eq!(events(&mut sub), expected_events, "{ctx}: events");
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for r in racers {
-        r.join().unwrap();
-    }
+    racers.stop();
     if !racing {
         assert_eq!(map.len(), model.len(), "seed {seed}: final len");
     }
@@ -697,25 +684,12 @@ fn conservation(bound: Option<u64>) {
             }
         })
     };
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let evictors: Vec<_> = (0..2)
-        .map(|_| {
-            let (map, stop) = (map.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    map.evict_expired();
-                }
-            })
-        })
-        .collect();
+    let racers = Racers::spawn(&map, 2);
     for w in workers {
         w.join().unwrap();
     }
     driver.join().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for e in evictors {
-        e.join().unwrap();
-    }
+    racers.stop();
     let map = Arc::try_unwrap(map).expect("only handle");
     drop(map);
 

@@ -1,7 +1,8 @@
 //! loom models of the map's concurrent protocols: the eviction thread's
 //! wake-up, shutdown, remove racing expiry, the last handle dropped on the
-//! eviction thread, and two `evict_expired` callers racing a `remove`. Each
-//! also runs once as an ordinary test without `--cfg expiremap_loom`.
+//! eviction thread, two `evict_expired` callers racing a `remove`, and the
+//! capacity bound under concurrent puts and eviction. Each also runs once
+//! as an ordinary test without `--cfg expiremap_loom`.
 //!
 //! A lost wake-up or a self-join shows up as a deadlock, which loom reports.
 

@@ -64,3 +64,41 @@ impl PartialEq for Touchy {
     }
 }
 impl Eq for Touchy {}
+
+/// Threads that call `evict_expired` in a loop, racing whatever else the
+/// test does, until [`stop`](Self::stop).
+pub struct Racers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Racers {
+    /// `n` threads looping `map.evict_expired()`.
+    pub fn spawn<K, V, S>(map: &std::sync::Arc<ExpireMap<K, V, S>>, n: usize) -> Self
+    where
+        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+        S: std::hash::BuildHasher + Send + Sync + 'static,
+    {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let (map, stop) = (map.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        map.evict_expired();
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+
+    /// Stops the threads and joins them.
+    pub fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads {
+            t.join().expect("an evict_expired racer panicked");
+        }
+    }
+}

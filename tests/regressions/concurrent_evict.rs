@@ -10,10 +10,9 @@
 //! one its wheel reached, and an entry leaves the table before its node is
 //! freed.
 
+use crate::common::Racers;
 use expiremap::{Cause, ExpireMap, ManualClock, TryRecvError};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::Duration;
 
 #[test]
@@ -28,17 +27,7 @@ fn concurrent_eviction_never_publishes_an_early_removal() {
             .build(),
     );
     let mut sub = map.subscribe().unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let evictors: Vec<_> = (0..2)
-        .map(|_| {
-            let (map, done) = (map.clone(), done.clone());
-            thread::spawn(move || {
-                while !done.load(Ordering::Relaxed) {
-                    map.evict_expired();
-                }
-            })
-        })
-        .collect();
+    let racers = Racers::spawn(&map, 2);
     let puts: u64 = if cfg!(miri) { 200 } else { 200_000 };
     let mut expired = 0u64;
     // Reads what is there; `true` once the stream is closed.
@@ -71,10 +60,7 @@ fn concurrent_eviction_never_publishes_an_early_removal() {
         }
     }
     clock.advance(Duration::from_secs(1));
-    done.store(true, Ordering::Relaxed);
-    for t in evictors {
-        t.join().unwrap();
-    }
+    racers.stop();
     map.evict_expired();
     assert_eq!(map.len(), 0);
     // The eviction thread may still be publishing its last batch: dropping
