@@ -265,6 +265,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "no unsafe code, 30k sketch operations: too slow under Miri"
+    )]
     fn sketch_tells_frequent_from_rare_among_many() {
         let mut s = Sketch::new(10_000);
         // 1,000 keys seen 8 times, 10,000 seen once.

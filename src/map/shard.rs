@@ -965,6 +965,9 @@ impl<K, V> Shard<K, V> {
         while !fits(self) && steps > 0 {
             steps -= 1;
             let n = self.wheel.slab.nodes.len() as u32;
+            if n == 0 {
+                break; // nothing held: `fits` holds for any `need` admitted
+            }
             let b = self.wheel.bound.as_mut().expect("bounded");
             let i = b.hand % n;
             b.hand = (i + 1) % n;

@@ -472,7 +472,7 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
         let mut now = 0u64;
         let mut serial = 0u64;
         let mut out = Vec::new();
-        for step in 0..if cfg!(miri) { 300 } else { 30_000 } {
+        for step in 0..if cfg!(miri) { 80 } else { 30_000 } {
             let k = rnd(64);
             match rnd(10) {
                 0..=5 => {
