@@ -3,7 +3,7 @@
 
 mod common;
 use common::{MS, manual};
-use expiremap::{BuildError, Clock, ExpireMap, ManualClock};
+use expiremap::{BuildError, Cause, Clock, ExpireIf, ExpireMap, ManualClock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -299,6 +299,44 @@ fn builder_rejects_invalid_settings_with_named_errors() {
         b().max_subscribers(0).try_build().unwrap_err(),
         BuildError::MaxSubscribers(0)
     );
+    assert_eq!(
+        b().max_entries(0).try_build().unwrap_err(),
+        BuildError::MaxEntries(0)
+    );
+    assert_eq!(
+        b().max_weight(0).try_build().unwrap_err(),
+        BuildError::MaxWeight(0)
+    );
+    assert_eq!(
+        b().weigher(|_, _| 1).try_build().unwrap_err(),
+        BuildError::WeigherWithoutMaxWeight
+    );
+    assert_eq!(
+        b().max_entries(5)
+            .weigher(|_, _| 1)
+            .try_build()
+            .unwrap_err(),
+        BuildError::WeigherWithoutMaxWeight
+    );
+    assert_eq!(
+        b().max_entries(5).max_weight(5).try_build().unwrap_err(),
+        BuildError::TwoBounds
+    );
+    for (e, name) in [
+        (BuildError::MaxEntries(0), "max_entries"),
+        (BuildError::MaxWeight(0), "max_weight"),
+        (BuildError::WeigherWithoutMaxWeight, "weigher"),
+        (BuildError::TwoBounds, "max_weight"),
+    ] {
+        assert!(e.to_string().contains(name), "{e}");
+    }
+    // A bound below the shard count lowers it: every key can get in.
+    let one = b().shards(64).max_entries(1).build();
+    for k in 0..100 {
+        one.clear();
+        one.put(k, k, Duration::from_secs(60));
+        assert_eq!(one.get(&k), Some(k), "key {k} could not get in");
+    }
     let msg = b().shards(3).try_build().unwrap_err().to_string();
     assert!(msg.contains("shards") && msg.contains('3'), "{msg}");
     let e: Box<dyn std::error::Error> = Box::new(BuildError::Shards(3));
@@ -338,4 +376,52 @@ fn handles_and_errors_have_the_promised_traits() {
     let copy = expiremap::Cause::Expired;
     let _again = copy; // Cause is Copy
     assert_eq!(copy, expiremap::Cause::Expired);
+}
+
+/// Eight threads `put_if_absent` the same key at once: exactly one stores,
+/// and every other gets that one's value back.
+#[test]
+fn put_if_absent_has_one_winner() {
+    for _ in 0..50 {
+        let map = std::sync::Arc::new(ExpireMap::<u32, usize>::new());
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let results: Vec<Option<usize>> = (0..8)
+            .map(|i| {
+                let (map, barrier) = (map.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    map.put_if_absent(7, i, Duration::from_secs(60))
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        let winners: Vec<usize> = (0..8).filter(|&i| results[i].is_none()).collect();
+        assert_eq!(winners.len(), 1, "{results:?}");
+        let w = winners[0];
+        assert!(results.iter().flatten().all(|&v| v == w), "{results:?}");
+        assert_eq!(map.get(&7), Some(w));
+    }
+}
+
+/// `expire` conditions at their edges: an equal deadline is neither later
+/// nor earlier; an expired entry is never changed.
+#[test]
+fn expire_conditions_at_the_edges() {
+    let (map, clock) = common::manual::<u32, u32>();
+    map.put(1, 1, Duration::from_secs(10));
+    assert!(!map.expire(&1, Duration::from_secs(10), ExpireIf::Later));
+    assert!(!map.expire(&1, Duration::from_secs(10), ExpireIf::Earlier));
+    assert!(map.expire(&1, Duration::from_secs(10), ExpireIf::Always));
+    assert!(!map.expire(&1, Duration::ZERO, ExpireIf::Always));
+    clock.advance(Duration::from_secs(10) + Duration::from_nanos(1));
+    assert!(!map.expire(&1, Duration::from_secs(60), ExpireIf::Always));
+    assert_eq!(map.get(&1), None);
+    // Expired: counts as absent, and the old value leaves as Expired.
+    let mut sub = map.subscribe().unwrap();
+    assert_eq!(map.put_if_absent(1, 2, Duration::from_secs(60)), None);
+    let e = sub.try_recv().unwrap();
+    assert_eq!((e.key, e.value, e.cause), (1, 1, Cause::Expired));
+    assert_eq!(map.put_if_absent(1, 3, Duration::ZERO), Some(2));
 }

@@ -12,7 +12,7 @@ mod common;
 mod shadow_mt;
 
 use common::{Racers, Rng, seed};
-use expiremap::{Cause, ExpireMap, ManualClock, Subscriber, SystemClock, TryRecvError};
+use expiremap::{Cause, ExpireIf, ExpireMap, ManualClock, Subscriber, SystemClock, TryRecvError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,7 +166,25 @@ fn single_threaded_with<S>(
         let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
         let mut expected_events = Vec::new();
         match rng.below(100) {
-            0..=29 => {
+            0..=4 => {
+                // put_if_absent: stores only over an absent or expired entry.
+                serial += 1;
+                let r = map.put_if_absent(key, serial, ttl);
+                assert_eq!(r, live.map(|m| m.value), "{ctx}: put_if_absent");
+                if live.is_none() && !ttl.is_zero() {
+                    if let Some(old) = model.get(&key) {
+                        expected_events.push((key, old.value, Cause::Expired));
+                    }
+                    model.insert(
+                        key,
+                        Model {
+                            value: serial,
+                            deadline: t.saturating_add(ttl_ns),
+                        },
+                    );
+                }
+            }
+            5..=29 => {
                 serial += 1;
                 let r = map.put(key, serial, ttl);
                 if ttl.is_zero() {
@@ -219,11 +237,24 @@ fn single_threaded_with<S>(
                 }
             }
             72..=77 => {
-                let r = map.touch(&key, ttl);
-                let should = live.is_some() && !ttl.is_zero();
-                assert_eq!(r, should, "{ctx}: touch");
+                // touch, or expire with a condition.
+                let new = t.saturating_add(ttl_ns);
+                let (r, holds) = match rng.below(4) {
+                    0 => (map.touch(&key, ttl), true),
+                    1 => (map.expire(&key, ttl, ExpireIf::Always), true),
+                    2 => (
+                        map.expire(&key, ttl, ExpireIf::Later),
+                        live.is_some_and(|m| new > m.deadline),
+                    ),
+                    _ => (
+                        map.expire(&key, ttl, ExpireIf::Earlier),
+                        live.is_some_and(|m| new < m.deadline),
+                    ),
+                };
+                let should = live.is_some() && !ttl.is_zero() && holds;
+                assert_eq!(r, should, "{ctx}: touch/expire");
                 if should {
-                    model.get_mut(&key).unwrap().deadline = t.saturating_add(ttl_ns);
+                    model.get_mut(&key).unwrap().deadline = new;
                 }
             }
             78..=89 => {

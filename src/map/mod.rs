@@ -51,6 +51,17 @@ pub use builder::{
 };
 pub use event::{Cause, Event, Subscriber};
 
+/// The condition of [`ExpireMap::expire`], as in Redis `EXPIRE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExpireIf {
+    /// Set the deadline whatever it was.
+    Always,
+    /// Only if the new deadline is later than the current one (`GT`).
+    Later,
+    /// Only if the new deadline is earlier than the current one (`LT`).
+    Earlier,
+}
+
 use crate::broadcast::{self, SubscribeError};
 use crate::clock::{Clock, SystemClock};
 use crate::sync::{self, Arc, AtomicBool, AtomicU64, CachePadded, Ordering, RwLock};
@@ -351,7 +362,7 @@ where
         }
         let inner = &*self.inner;
         if inner.config.bound.is_some() {
-            return self.put_bounded(key, value, ttl);
+            return self.put_slow(key, value, ttl, false);
         }
         let hash = inner.hasher.hash_one(&key);
         // Declared before the lock guard, so that if the user's `Eq` panics
@@ -371,12 +382,13 @@ where
         }
     }
 
-    /// [`put`](Self::put) into a bounded map: the weigher runs first (no
-    /// lock held), and what the bound pushes out is published or dropped
-    /// after the lock is released. Apart from the unbounded `put`, which
-    /// pays nothing for it.
+    /// [`put`](Self::put) into a bounded map, and
+    /// [`put_if_absent`](Self::put_if_absent) (`if_absent`) into any map:
+    /// the weigher runs first (no lock held), and what the bound pushes out
+    /// is published or dropped after the lock is released. Apart from the
+    /// unbounded `put`, which pays nothing for it.
     #[inline(never)]
-    fn put_bounded(&self, key: K, value: V, ttl: Duration) -> Option<V> {
+    fn put_slow(&self, key: K, value: V, ttl: Duration, if_absent: bool) -> Option<V> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
@@ -387,6 +399,12 @@ where
         let mut out = shard::Out::new();
         let (outcome, kick, now) = {
             let (mut shard, now) = inner.write_now(hash);
+            if if_absent {
+                let key = &kv.as_ref().expect("just set").0;
+                if let Some(live) = shard.live_value(hash, key, now) {
+                    return Some(live.clone());
+                }
+            }
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
             let kick =
@@ -510,7 +528,34 @@ where
 
     /// Gives a live entry the new deadline `now + ttl`. Returns `false` (and
     /// changes nothing) if the entry is absent or expired, or `ttl` is zero.
+    /// The same as [`expire`](Self::expire) with [`ExpireIf::Always`].
     pub fn touch<Q>(&self, key: &Q, ttl: Duration) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.expire(key, ttl, ExpireIf::Always)
+    }
+
+    /// Sets a live entry's deadline to `now + ttl` if `cond` holds against
+    /// its current deadline (Redis `EXPIRE`, with `GT` as
+    /// [`ExpireIf::Later`] and `LT` as [`ExpireIf::Earlier`]). Returns
+    /// whether the deadline changed. An absent or expired entry, or a zero
+    /// `ttl`, changes nothing and returns `false`.
+    ///
+    /// ```
+    /// use expiremap::{ExpireIf, ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let map = ExpireMap::<&str, u32>::builder().clock(ManualClock::new()).build();
+    /// map.put("a", 1, Duration::from_secs(10));
+    /// assert!(!map.expire("a", Duration::from_secs(5), ExpireIf::Later));
+    /// assert!(map.expire("a", Duration::from_secs(5), ExpireIf::Earlier));
+    /// assert_eq!(map.ttl("a"), Some(Duration::from_secs(5)));
+    /// assert!(map.expire("a", Duration::from_secs(60), ExpireIf::Always));
+    /// assert!(!map.expire("b", Duration::from_secs(60), ExpireIf::Always));
+    /// ```
+    pub fn expire<Q>(&self, key: &Q, ttl: Duration, cond: ExpireIf) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -523,11 +568,38 @@ where
         let (done, kick) = {
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
-            let done = shard.touch(hash, key, deadline, now);
+            let done = shard.touch(hash, key, deadline, now, cond);
             (done, done && inner.needs_kick(&shard, deadline))
         };
         self.kick_if(kick);
         done
+    }
+
+    /// Stores `value` for `key` only if it has no live entry (an expired
+    /// one counts as absent, and its value leaves as
+    /// [`Cause::Expired`]). Returns `None` if it stored the value, else a
+    /// clone of the live value, which stays. A zero `ttl` stores nothing
+    /// (it returns the live value, if any). In a bounded map the new value
+    /// may be refused like any put's (it then leaves as [`Cause::Size`]).
+    ///
+    /// The live value is cloned under the shard's write lock, as `get`
+    /// clones under the read lock.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<&str, u32> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// assert_eq!(map.put_if_absent("a", 1, minute), None); // stored
+    /// assert_eq!(map.put_if_absent("a", 2, minute), Some(1)); // kept
+    /// assert_eq!(map.get("a"), Some(1));
+    /// ```
+    pub fn put_if_absent(&self, key: K, value: V, ttl: Duration) -> Option<V> {
+        if ttl.is_zero() {
+            return self.get(&key);
+        }
+        self.put_slow(key, value, ttl, true)
     }
 
     /// Wakes the eviction thread (if any) to plan again. After unlocking.

@@ -1070,20 +1070,47 @@ impl<K, V> Shard<K, V> {
     }
 
     /// Sets a new deadline for a live entry. `false` if absent or expired.
-    pub(crate) fn touch<Q>(&mut self, hash: u64, key: &Q, deadline: u64, now: u64) -> bool
+    ///
+    /// With `cond`, only if the new deadline is later (`Later`) or earlier
+    /// (`Earlier`) than the entry's.
+    pub(crate) fn touch<Q>(
+        &mut self,
+        hash: u64,
+        key: &Q,
+        deadline: u64,
+        now: u64,
+        cond: super::ExpireIf,
+    ) -> bool
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        use super::ExpireIf;
         let slab = &self.wheel.slab;
         let Some(index) = self.table.find(hash as u32, is_key(slab, key)) else {
             return false;
         };
-        if now > slab.nodes[index as usize].deadline {
+        let old = slab.nodes[index as usize].deadline;
+        let holds = match cond {
+            ExpireIf::Always => true,
+            ExpireIf::Later => deadline > old,
+            ExpireIf::Earlier => deadline < old,
+        };
+        if now > old || !holds {
             return false;
         }
         self.wheel.reschedule(index, deadline);
         true
+    }
+
+    /// The value of the live entry for `key` at `now`, if any.
+    pub(crate) fn live_value<Q>(&self, hash: u64, key: &Q, now: u64) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let (value, deadline) = self.get_from(self.start(hash), hash, key)?;
+        (now <= deadline).then_some(value)
     }
 
     /// Evicts at most `limit` entries whose timers are due at `now`, or at
