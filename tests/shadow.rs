@@ -208,7 +208,35 @@ fn single_threaded_with<S>(
                     );
                 }
             }
-            30..=49 => assert_eq!(map.get(&key), live.map(|m| m.value), "{ctx}: get"),
+            30..=44 => assert_eq!(map.get(&key), live.map(|m| m.value), "{ctx}: get"),
+            45..=49 => {
+                // get_or_insert_with: a hit returns the live value and runs
+                // no init; a miss loads, and stores unless the TTL is zero.
+                serial += 1;
+                let mut ran = false;
+                let r = map.get_or_insert_with(key, ttl, || {
+                    ran = true;
+                    serial
+                });
+                assert_eq!(ran, live.is_none(), "{ctx}: init ran on a hit");
+                assert_eq!(
+                    r,
+                    live.map_or(serial, |m| m.value),
+                    "{ctx}: get_or_insert_with"
+                );
+                if live.is_none() && !ttl.is_zero() {
+                    if let Some(old) = model.get(&key) {
+                        expected_events.push((key, old.value, Cause::Expired));
+                    }
+                    model.insert(
+                        key,
+                        Model {
+                            value: serial,
+                            deadline: t.saturating_add(ttl_ns),
+                        },
+                    );
+                }
+            }
             50..=54 => assert_eq!(
                 map.get_with_ttl(&key),
                 live.map(|m| (m.value, Duration::from_nanos(m.deadline - t))),

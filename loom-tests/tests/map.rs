@@ -1,8 +1,9 @@
 //! loom models of the map's concurrent protocols: the eviction thread's
 //! wake-up, shutdown, remove racing expiry, the last handle dropped on the
-//! eviction thread, two `evict_expired` callers racing a `remove`, and the
-//! capacity bound under concurrent puts and eviction. Each also runs once
-//! as an ordinary test without `--cfg expiremap_loom`.
+//! eviction thread, two `evict_expired` callers racing a `remove`, the
+//! capacity bound under concurrent puts and eviction, and
+//! `get_or_insert_with`'s hand-off to waiters. Each also runs once as an
+//! ordinary test without `--cfg expiremap_loom`.
 //!
 //! A lost wake-up or a self-join shows up as a deadlock, which loom reports.
 
@@ -278,5 +279,72 @@ fn the_bound_holds_under_concurrent_puts_and_eviction() {
             causes == [Cause::Shutdown, Cause::Size] || causes == [Cause::Size, Cause::Shutdown],
             "{left:?}"
         );
+    });
+}
+
+fn loading_map() -> Arc<ExpireMap<u32, u32>> {
+    Arc::new(
+        ExpireMap::builder()
+            .clock(ManualClock::new())
+            .shards(1)
+            .background_eviction(false)
+            .build(),
+    )
+}
+
+/// Two callers of `get_or_insert_with` for one key race a `put` of it. At
+/// most one `init` runs (the other caller waits and takes its value, or
+/// hits), a caller gets a loaded value or the put's, and the put stands at
+/// the end whatever the order: before the loads (they hit it), during one
+/// (it wins over the loaded value) or after (it overwrites).
+#[test]
+fn a_load_racing_a_put_and_a_waiter() {
+    model(|| {
+        let map = loading_map();
+        let inits = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let load = |v: u32| {
+            let (map, inits) = (map.clone(), inits.clone());
+            thread::spawn(move || {
+                map.get_or_insert_with(1, Duration::from_secs(3600), || {
+                    inits.fetch_add(1, Ordering::SeqCst);
+                    v
+                })
+            })
+        };
+        let (a, b) = (load(10), load(20));
+        map.put(1, 30, Duration::from_secs(3600));
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(inits.load(Ordering::SeqCst) <= 1, "{a} {b}");
+        // Each got the one loaded value or the put's.
+        for v in [a, b] {
+            assert!([10, 20, 30].contains(&v), "{a} {b}");
+        }
+        assert!(a == b || a == 30 || b == 30, "two loaded values: {a} {b}");
+        assert_eq!(map.get(&1), Some(30));
+    });
+}
+
+/// The loader's `init` panics while another caller waits: the waiter is
+/// woken and runs its own `init`, whose value is stored; the panic reaches
+/// only its own caller.
+#[test]
+fn a_panicking_load_hands_over_to_the_waiter() {
+    model(|| {
+        let map = loading_map();
+        let first = {
+            let map = map.clone();
+            thread::spawn(move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    map.get_or_insert_with(1, Duration::from_secs(3600), || panic!("init failed"))
+                }))
+                .ok()
+            })
+        };
+        let second = map.get_or_insert_with(1, Duration::from_secs(3600), || 20);
+        let first = first.join().unwrap();
+        assert_eq!(second, 20);
+        // The first caller panicked, or waited on the second's load.
+        assert!(first.is_none() || first == Some(20), "{first:?}");
+        assert_eq!(map.get(&1), Some(20));
     });
 }

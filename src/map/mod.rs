@@ -21,6 +21,7 @@
 mod builder;
 mod event;
 mod evictor;
+mod load;
 mod policy;
 mod shard;
 mod table;
@@ -50,6 +51,15 @@ pub use builder::{
     MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION,
 };
 pub use event::{Cause, Event, Subscriber};
+
+/// When `put_slow` stores.
+enum PutIf<'a, K, V> {
+    Always,
+    /// No live entry for the key.
+    Absent,
+    /// No write touched the key since this load began.
+    Untouched(&'a load::Load<K, V>),
+}
 
 /// The condition of [`ExpireMap::expire`], as in Redis `EXPIRE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,6 +125,8 @@ struct Inner<K, V, S> {
     evicted: AtomicU64,
     /// Weighs entries against `max_weight`; runs before the shard lock.
     weigher: Option<Weigher<K, V>>,
+    /// `get_or_insert_with`'s loads in flight.
+    loads: Arc<load::Loads<K, V>>,
     /// `Inner::shutdown`, captured where the trait bounds hold, so that the
     /// bound-free `Drop` can call it.
     finish: fn(&Inner<K, V, S>),
@@ -327,6 +339,7 @@ where
             },
             evicted: AtomicU64::new(0),
             weigher,
+            loads: Arc::new(load::Loads::new()),
             finish: Inner::shutdown,
         });
         let mut map = Self {
@@ -362,7 +375,7 @@ where
         }
         let inner = &*self.inner;
         if inner.config.bound.is_some() {
-            return self.put_slow(key, value, ttl, false);
+            return self.put_slow(key, value, ttl, PutIf::Always);
         }
         let hash = inner.hasher.hash_one(&key);
         // Declared before the lock guard, so that if the user's `Eq` panics
@@ -373,6 +386,7 @@ where
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put(hash, &mut kv, deadline, now);
+            inner.loads.wrote(Some(hash));
             (outcome, inner.needs_kick(&shard, deadline), now)
         };
         self.kick_if(kick);
@@ -382,13 +396,12 @@ where
         }
     }
 
-    /// [`put`](Self::put) into a bounded map, and
-    /// [`put_if_absent`](Self::put_if_absent) (`if_absent`) into any map:
-    /// the weigher runs first (no lock held), and what the bound pushes out
-    /// is published or dropped after the lock is released. Apart from the
-    /// unbounded `put`, which pays nothing for it.
+    /// [`put`](Self::put) into a bounded map, and the conditional puts
+    /// into any map: the weigher runs first (no lock held), and what the
+    /// bound pushes out is published or dropped after the lock is released.
+    /// Apart from the unbounded `put`, which pays nothing for it.
     #[inline(never)]
-    fn put_slow(&self, key: K, value: V, ttl: Duration, if_absent: bool) -> Option<V> {
+    fn put_slow(&self, key: K, value: V, ttl: Duration, cond: PutIf<'_, K, V>) -> Option<V> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
@@ -399,12 +412,19 @@ where
         let mut out = shard::Out::new();
         let (outcome, kick, now) = {
             let (mut shard, now) = inner.write_now(hash);
-            if if_absent {
-                let key = &kv.as_ref().expect("just set").0;
-                if let Some(live) = shard.live_value(hash, key, now) {
-                    return Some(live.clone());
+            match cond {
+                PutIf::Always => {}
+                PutIf::Absent => {
+                    let key = &kv.as_ref().expect("just set").0;
+                    if let Some(live) = shard.live_value(hash, key, now) {
+                        return Some(live.clone());
+                    }
                 }
+                // A write during the load wins (see `load`).
+                PutIf::Untouched(load) if load.touched() => return None,
+                PutIf::Untouched(_) => {}
             }
+            inner.loads.wrote(Some(hash));
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
             let kick =
@@ -521,6 +541,7 @@ where
         let hash = inner.hasher.hash_one(key);
         let (mut shard, now) = inner.write_now(hash);
         let removed = shard.remove(hash, key, now);
+        inner.loads.wrote(Some(hash));
         drop(shard);
         let removed = removed?;
         inner.leave(removed, now)
@@ -599,7 +620,101 @@ where
         if ttl.is_zero() {
             return self.get(&key);
         }
-        self.put_slow(key, value, ttl, true)
+        self.put_slow(key, value, ttl, PutIf::Absent)
+    }
+
+    /// The live value for `key`, or the value `init` makes for it, stored
+    /// for `ttl`. At most one caller per key runs its `init` at a time, with
+    /// no lock held; other callers of the same key park until it is done
+    /// and return (a clone of) its value. A hit costs what `get` costs.
+    ///
+    /// If `init` panics, the panic reaches its caller, nothing is stored,
+    /// and one of the waiting callers runs its own `init`. The value is
+    /// stored only if no `put`, `put_if_absent`, `remove` or `clear` touched
+    /// the key while `init` ran; otherwise the newer write stands and the
+    /// value is only returned. A zero `ttl` returns the value without
+    /// storing it. In a bounded map the value may be refused like any
+    /// put's.
+    ///
+    /// `init` may use the map for other keys. It must not ask for its own
+    /// key (through this call): that would wait for itself, and panics
+    /// instead.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<&str, u32> = ExpireMap::new();
+    /// let calls = AtomicU32::new(0);
+    /// let load = || {
+    ///     calls.fetch_add(1, Ordering::SeqCst);
+    ///     42
+    /// };
+    /// assert_eq!(map.get_or_insert_with("a", Duration::from_secs(60), load), 42);
+    /// assert_eq!(map.get_or_insert_with("a", Duration::from_secs(60), load), 42);
+    /// assert_eq!(calls.load(Ordering::SeqCst), 1); // the second was a hit
+    /// ```
+    pub fn get_or_insert_with(&self, key: K, ttl: Duration, init: impl FnOnce() -> V) -> V {
+        match self.try_get_or_insert_with(key, ttl, || Ok::<V, std::convert::Infallible>(init())) {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with) with an `init` that
+    /// may fail: its error is returned to its caller, nothing is stored, and
+    /// one of the waiting callers runs its own `init`.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<u32, String> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let r = map.try_get_or_insert_with(1, minute, || Err::<String, _>("backend down"));
+    /// assert_eq!(r, Err("backend down"));
+    /// assert_eq!(map.get(&1), None);
+    /// let r = map.try_get_or_insert_with(1, minute, || Ok::<_, &str>("one".to_string()));
+    /// assert_eq!(r.as_deref(), Ok("one"));
+    /// ```
+    pub fn try_get_or_insert_with<E>(
+        &self,
+        key: K,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        let inner = &*self.inner;
+        let mut init = Some(init);
+        loop {
+            if let Some(v) = self.get(&key) {
+                return Ok(v);
+            }
+            let hash = inner.hasher.hash_one(&key);
+            match load::Loads::begin(&inner.loads, hash, key.clone()) {
+                load::Turn::Wait(load) => {
+                    let same = load.key == key;
+                    if let (Some(v), true) = (load.wait(), same) {
+                        return Ok(v);
+                    }
+                    // It failed, or it loaded another key: look again.
+                }
+                load::Turn::Load(mut guard) => {
+                    // A put between the miss and the registration.
+                    if let Some(v) = self.get(&key) {
+                        guard.done(v.clone());
+                        return Ok(v);
+                    }
+                    let init = init.take().expect("a caller loads at most once");
+                    let v = init()?;
+                    if !ttl.is_zero() {
+                        self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.load));
+                    }
+                    guard.done(v.clone());
+                    return Ok(v);
+                }
+            }
+        }
     }
 
     /// Wakes the eviction thread (if any) to plan again. After unlocking.
@@ -844,6 +959,7 @@ where
     /// the time that decides which of them leave as `Expired`.
     fn take_all(&self, shard: &RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
         let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), Time::now);
+        self.loads.wrote(None);
         (guard.take_all(now), now)
     }
 
