@@ -52,10 +52,10 @@ enum State<V> {
 }
 
 /// What a caller of [`Loads::begin`] is to do.
-pub(crate) enum Turn<K, V> {
+pub(crate) enum Turn<'a, K, V> {
     /// Run `init`: this caller is the loader. Dropping the guard (done,
     /// failed or unwinding) ends the load.
-    Load(LoadGuard<K, V>),
+    Load(LoadGuard<'a, K, V>),
     /// Another caller is loading this hash: [`Load::wait`] for it.
     Wait(Arc<Load<K, V>>),
 }
@@ -69,8 +69,8 @@ impl<K, V> Loads<K, V> {
     }
 
     /// Registers a load of `key` (hash `hash`), or finds the one in flight.
-    pub(crate) fn begin(loads: &Arc<Self>, hash: u64, key: K) -> Turn<K, V> {
-        let mut map = loads.map.lock();
+    pub(crate) fn begin(&self, hash: u64, key: K) -> Turn<'_, K, V> {
+        let mut map = self.map.lock();
         if let Some(load) = map.get(&hash) {
             return Turn::Wait(load.clone());
         }
@@ -82,10 +82,10 @@ impl<K, V> Loads<K, V> {
             loader: thread::current().id(),
         });
         map.insert(hash, load.clone());
-        loads.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
         drop(map);
         Turn::Load(LoadGuard {
-            loads: loads.clone(),
+            loads: self,
             hash,
             load,
             value: None,
@@ -152,21 +152,21 @@ impl<K, V> Load<K, V> {
 /// The loader's side of a [`Load`]. Dropping it ends the load: with the
 /// value given to [`done`](Self::done), or as failed (an error, or a panic
 /// in `init` unwinding through it), waking every waiter.
-pub(crate) struct LoadGuard<K, V> {
-    loads: Arc<Loads<K, V>>,
+pub(crate) struct LoadGuard<'a, K, V> {
+    loads: &'a Loads<K, V>,
     hash: u64,
     pub(crate) load: Arc<Load<K, V>>,
     value: Option<V>,
 }
 
-impl<K, V> LoadGuard<K, V> {
+impl<K, V> LoadGuard<'_, K, V> {
     /// The load succeeded with `value` (handed to the waiters at drop).
     pub(crate) fn done(&mut self, value: V) {
         self.value = Some(value);
     }
 }
 
-impl<K, V> Drop for LoadGuard<K, V> {
+impl<K, V> Drop for LoadGuard<'_, K, V> {
     fn drop(&mut self) {
         {
             let mut map = self.loads.map.lock();

@@ -126,7 +126,7 @@ struct Inner<K, V, S> {
     /// Weighs entries against `max_weight`; runs before the shard lock.
     weigher: Option<Weigher<K, V>>,
     /// `get_or_insert_with`'s loads in flight.
-    loads: Arc<load::Loads<K, V>>,
+    loads: load::Loads<K, V>,
     /// `Inner::shutdown`, captured where the trait bounds hold, so that the
     /// bound-free `Drop` can call it.
     finish: fn(&Inner<K, V, S>),
@@ -339,7 +339,7 @@ where
             },
             evicted: AtomicU64::new(0),
             weigher,
-            loads: Arc::new(load::Loads::new()),
+            loads: load::Loads::new(),
             finish: Inner::shutdown,
         });
         let mut map = Self {
@@ -691,7 +691,7 @@ where
                 return Ok(v);
             }
             let hash = inner.hasher.hash_one(&key);
-            match load::Loads::begin(&inner.loads, hash, key.clone()) {
+            match inner.loads.begin(hash, key.clone()) {
                 load::Turn::Wait(load) => {
                     let same = load.key == key;
                     if let (Some(v), true) = (load.wait(), same) {
