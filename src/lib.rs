@@ -215,7 +215,9 @@
 //!
 //! Keys are hashed before any lock is taken. While a shard lock is held the
 //! only user code that runs is `Eq` (inside a lookup), `V::clone` (in
-//! `get`, `get_with_ttl`) and a user [`Clock`]'s `now` (the time is read
+//! `get`, `get_with_ttl`, `update`'s read, and `put_if_absent` when the key
+//! is live) and a
+//! user [`Clock`]'s `now` (the time is read
 //! after the lock is taken, so that "expired or not" is decided at the
 //! instant the operation acts): they must not call back into the same map. Values
 //! that leave the map are dropped, and events published, after the lock is
@@ -262,5 +264,5 @@ pub use map::{
     BuildError, Builder, Cause, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, Event, ExpireIf, ExpireMap, MAX_EVENT_CAPACITY,
     MAX_PERIOD, MAX_SHARDS, MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION, Stats,
-    Subscriber,
+    Subscriber, Update,
 };

@@ -3,7 +3,7 @@
 
 mod common;
 use common::{MS, manual};
-use expiremap::{BuildError, Cause, Clock, ExpireIf, ExpireMap, ManualClock};
+use expiremap::{BuildError, Cause, Clock, ExpireIf, ExpireMap, ManualClock, Update};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -424,4 +424,51 @@ fn expire_conditions_at_the_edges() {
     let e = sub.try_recv().unwrap();
     assert_eq!((e.key, e.value, e.cause), (1, 1, Cause::Expired));
     assert_eq!(map.put_if_absent(1, 3, Duration::ZERO), Some(2));
+}
+
+/// `update` from 8 threads on one counter: no increment is lost, however
+/// the reads and commits interleave (a stale read is retried).
+#[test]
+fn update_loses_no_increment() {
+    let map = Arc::new(ExpireMap::<u32, u64>::new());
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let map = map.clone();
+            std::thread::spawn(move || {
+                for _ in 0..500 {
+                    map.update(1, |seen| match seen {
+                        None => Update::Set(1, Duration::from_secs(60)),
+                        Some((n, _)) => Update::SetKeepTtl(n + 1),
+                    });
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(map.get(&1), Some(4_000));
+}
+
+/// `update` keeps the deadline with `SetKeepTtl`, and an entry that expired
+/// is shown as absent.
+#[test]
+fn update_keeps_the_deadline_and_sees_expiry() {
+    let (map, clock) = manual::<u32, u32>();
+    map.put(1, 1, Duration::from_secs(10));
+    clock.advance(Duration::from_secs(4));
+    assert_eq!(map.update(1, |_| Update::SetKeepTtl(2)), Some(2));
+    assert_eq!(map.ttl(&1), Some(Duration::from_secs(6)));
+    clock.advance(Duration::from_secs(7));
+    let mut shown = Some(None);
+    assert_eq!(
+        map.update(1, |seen| {
+            shown = Some(seen.map(|(v, _)| *v));
+            Update::SetKeepTtl(3)
+        }),
+        None
+    );
+    assert_eq!(shown, Some(None), "an expired entry is shown as absent");
+    assert_eq!(map.update(1, |_| Update::Remove), None);
+    assert_eq!(map.len(), 0);
 }

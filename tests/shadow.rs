@@ -12,7 +12,9 @@ mod common;
 mod shadow_mt;
 
 use common::{Racers, Rng, seed};
-use expiremap::{Cause, ExpireIf, ExpireMap, ManualClock, Subscriber, SystemClock, TryRecvError};
+use expiremap::{
+    Cause, ExpireIf, ExpireMap, ManualClock, Subscriber, SystemClock, TryRecvError, Update,
+};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -247,11 +249,68 @@ fn single_threaded_with<S>(
                 live.map(|m| Duration::from_nanos(m.deadline - t)),
                 "{ctx}: ttl"
             ),
-            60..=62 => assert_eq!(
+            60..=61 => assert_eq!(
                 map.contains_key(&key),
                 live.is_some(),
                 "{ctx}: contains_key"
             ),
+            62 => {
+                // update: shown the live entry exactly; keep, remove, set or
+                // set keeping the deadline.
+                serial += 1;
+                let choice = rng.below(4);
+                let mut shown = None;
+                let r = map.update(key, |seen| {
+                    shown = Some(seen.map(|(v, left)| (*v, left)));
+                    match choice {
+                        0 => Update::Keep,
+                        1 => Update::Remove,
+                        2 => Update::Set(serial, ttl),
+                        _ => Update::SetKeepTtl(serial),
+                    }
+                });
+                let want_shown = live.map(|m| (m.value, Duration::from_nanos(m.deadline - t)));
+                assert_eq!(shown, Some(want_shown), "{ctx}: update showed");
+                let (want, new) = match (choice, live) {
+                    (0, l) => (l.map(|m| m.value), None),
+                    (1, _) => (None, None),
+                    (2, _) if ttl.is_zero() => (live.map(|m| m.value), None),
+                    (2, _) => (Some(serial), Some(t.saturating_add(ttl_ns))),
+                    (_, Some(m)) => (Some(serial), Some(m.deadline)),
+                    (_, None) => (None, None),
+                };
+                assert_eq!(r, want, "{ctx}: update");
+                match (choice, new) {
+                    (_, Some(deadline)) => {
+                        if let Some(old) = model.get(&key) {
+                            let cause = if live.is_some() {
+                                Cause::Replaced
+                            } else {
+                                Cause::Expired
+                            };
+                            expected_events.push((key, old.value, cause));
+                        }
+                        model.insert(
+                            key,
+                            Model {
+                                value: serial,
+                                deadline,
+                            },
+                        );
+                    }
+                    (1, _) => {
+                        if let Some(old) = model.remove(&key) {
+                            let cause = if live.is_some() {
+                                Cause::Removed
+                            } else {
+                                Cause::Expired
+                            };
+                            expected_events.push((key, old.value, cause));
+                        }
+                    }
+                    _ => {}
+                }
+            }
             63..=71 => {
                 let r = map.remove(&key);
                 assert_eq!(r, live.map(|m| m.value), "{ctx}: remove");

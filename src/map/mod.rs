@@ -59,6 +59,33 @@ enum PutIf<'a, K, V> {
     Absent,
     /// No write touched the key since this load began.
     Untouched(&'a load::Load<K, V>),
+    /// No write to the shard since `update` read it at `version`, and the
+    /// entry it read (live until `live_until`) has not expired since;
+    /// `keep_deadline`: store with that deadline instead of the TTL.
+    Unchanged {
+        version: u64,
+        live_until: Option<u64>,
+        keep_deadline: bool,
+    },
+}
+
+/// `put_slow`'s `Unchanged` condition failed: read again.
+struct Stale;
+
+/// What the function given to [`ExpireMap::update`] does with the entry
+/// it was shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Update<V> {
+    /// Leave the entry as it is (or absent).
+    Keep,
+    /// Remove the entry (its value leaves as [`Cause::Removed`]).
+    Remove,
+    /// Store this value, live for this long from now. A zero TTL changes
+    /// nothing, as for [`ExpireMap::put`].
+    Set(V, Duration),
+    /// Store this value with the entry's current deadline (Redis `SET ...
+    /// KEEPTTL`). Shown no live entry, it stores nothing.
+    SetKeepTtl(V),
 }
 
 /// The condition of [`ExpireMap::expire`], as in Redis `EXPIRE`.
@@ -375,7 +402,9 @@ where
         }
         let inner = &*self.inner;
         if inner.config.bound.is_some() {
-            return self.put_slow(key, value, ttl, PutIf::Always);
+            return self
+                .put_slow(key, value, ttl, PutIf::Always)
+                .unwrap_or(None);
         }
         let hash = inner.hasher.hash_one(&key);
         // Declared before the lock guard, so that if the user's `Eq` panics
@@ -386,6 +415,7 @@ where
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put(hash, &mut kv, deadline, now);
+            shard.version += 1;
             inner.loads.wrote(Some(hash));
             (outcome, inner.needs_kick(&shard, deadline), now)
         };
@@ -401,7 +431,13 @@ where
     /// bound pushes out is published or dropped after the lock is released.
     /// Apart from the unbounded `put`, which pays nothing for it.
     #[inline(never)]
-    fn put_slow(&self, key: K, value: V, ttl: Duration, cond: PutIf<'_, K, V>) -> Option<V> {
+    fn put_slow(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        cond: PutIf<'_, K, V>,
+    ) -> Result<Option<V>, Stale> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
@@ -417,15 +453,32 @@ where
                 PutIf::Absent => {
                     let key = &kv.as_ref().expect("just set").0;
                     if let Some(live) = shard.live_value(hash, key, now) {
-                        return Some(live.clone());
+                        return Ok(Some(live.clone()));
                     }
                 }
                 // A write during the load wins (see `load`).
-                PutIf::Untouched(load) if load.touched() => return None,
+                PutIf::Untouched(load) if load.touched() => return Ok(None),
                 PutIf::Untouched(_) => {}
+                PutIf::Unchanged { version, .. } if version != shard.version => {
+                    return Err(Stale);
+                }
+                // The entry read expired since.
+                PutIf::Unchanged {
+                    live_until: Some(d),
+                    ..
+                } if now > d => return Err(Stale),
+                PutIf::Unchanged { .. } => {}
             }
+            shard.version += 1;
             inner.loads.wrote(Some(hash));
-            let deadline = now.saturating_add(nanos(ttl));
+            let deadline = match cond {
+                PutIf::Unchanged {
+                    live_until: Some(d),
+                    keep_deadline: true,
+                    ..
+                } => d,
+                _ => now.saturating_add(nanos(ttl)),
+            };
             let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
             let kick =
                 matches!(outcome, PutOutcome::Refused).not() && inner.needs_kick(&shard, deadline);
@@ -435,10 +488,10 @@ where
         if !out.is_empty() {
             inner.leave_all(out, now);
         }
-        match outcome {
+        Ok(match outcome {
             PutOutcome::Inserted | PutOutcome::Refused => None,
             PutOutcome::Overwrote(old) => inner.leave(old, now),
-        }
+        })
     }
 
     /// The value for `key` if it is live (`now <= deadline`).
@@ -541,6 +594,7 @@ where
         let hash = inner.hasher.hash_one(key);
         let (mut shard, now) = inner.write_now(hash);
         let removed = shard.remove(hash, key, now);
+        shard.version += 1;
         inner.loads.wrote(Some(hash));
         drop(shard);
         let removed = removed?;
@@ -590,6 +644,7 @@ where
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
             let done = shard.touch(hash, key, deadline, now, cond);
+            shard.version += u64::from(done);
             (done, done && inner.needs_kick(&shard, deadline))
         };
         self.kick_if(kick);
@@ -621,6 +676,7 @@ where
             return self.get(&key);
         }
         self.put_slow(key, value, ttl, PutIf::Absent)
+            .unwrap_or(None)
     }
 
     /// The live value for `key`, or the value `init` makes for it, stored
@@ -659,6 +715,99 @@ where
         match self.try_get_or_insert_with(key, ttl, || Ok::<V, std::convert::Infallible>(init())) {
             Ok(v) => v,
             Err(never) => match never {},
+        }
+    }
+
+    /// Reads the live entry for `key` (its value and time left, or `None`),
+    /// lets `f` decide what to do with it, and does that atomically: only
+    /// if nothing wrote to the entry's shard meanwhile and the entry has not
+    /// expired since; otherwise it reads again and calls `f` again. `f`
+    /// runs with no lock held, so it may run more than once (keep it free
+    /// of side effects) and may use the map. Returns the value stored (in a
+    /// bounded map the bound may refuse it, as any put's), the one kept, or
+    /// `None`.
+    ///
+    /// A counter that keeps its window, for example (the fixed-window rate
+    /// limiter in `examples/rate_limiter.rs`):
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, Update};
+    /// use std::time::Duration;
+    ///
+    /// let hits: ExpireMap<&str, u32> = ExpireMap::new();
+    /// let window = Duration::from_secs(1);
+    /// let count = |key| {
+    ///     hits.update(key, |seen| match seen {
+    ///         None => Update::Set(1, window),
+    ///         Some((n, _left)) => Update::SetKeepTtl(n + 1),
+    ///     })
+    /// };
+    /// assert_eq!(count("client"), Some(1));
+    /// assert_eq!(count("client"), Some(2));
+    /// assert!(hits.ttl("client").unwrap() <= window); // the window was kept
+    /// ```
+    pub fn update<F>(&self, key: K, mut f: F) -> Option<V>
+    where
+        F: FnMut(Option<(&V, Duration)>) -> Update<V>,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(&key);
+        loop {
+            // Read the entry and the shard's version together.
+            let (seen, version) = {
+                let (shard, home, now) =
+                    inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now);
+                let seen = shard
+                    .get_from(home, hash, &key)
+                    .filter(|&(_, d)| now <= d)
+                    .map(|(v, d)| (v.clone(), d, d - now));
+                (seen, shard.version)
+            };
+            let shown = seen
+                .as_ref()
+                .map(|(v, _, left)| (v, Duration::from_nanos(*left)));
+            let live_until = seen.as_ref().map(|s| s.1);
+            let cond = |keep_deadline| PutIf::Unchanged {
+                version,
+                live_until,
+                keep_deadline,
+            };
+            match f(shown) {
+                Update::Keep => return seen.map(|s| s.0),
+                Update::Set(_, ttl) if ttl.is_zero() => return seen.map(|s| s.0),
+                Update::SetKeepTtl(_) if seen.is_none() => return None,
+                Update::Set(v, ttl) => {
+                    let ret = v.clone();
+                    if self.put_slow(key.clone(), v, ttl, cond(false)).is_ok() {
+                        return Some(ret);
+                    }
+                }
+                Update::SetKeepTtl(v) => {
+                    let ret = v.clone();
+                    if self
+                        .put_slow(key.clone(), v, Duration::MAX, cond(true))
+                        .is_ok()
+                    {
+                        return Some(ret);
+                    }
+                }
+                Update::Remove => {
+                    let (removed, now) = {
+                        let (mut shard, now) = inner.write_now(hash);
+                        if shard.version != version || live_until.is_some_and(|d| now > d) {
+                            continue;
+                        }
+                        let removed = shard.remove(hash, &key, now);
+                        shard.version += 1;
+                        inner.loads.wrote(Some(hash));
+                        (removed, now)
+                    };
+                    if let Some(r) = removed {
+                        inner.leave(r, now);
+                    }
+                    return None;
+                }
+            }
         }
     }
 
@@ -708,7 +857,7 @@ where
                     let init = init.take().expect("a caller loads at most once");
                     let v = init()?;
                     if !ttl.is_zero() {
-                        self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.load));
+                        let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.load));
                     }
                     guard.done(v.clone());
                     return Ok(v);
@@ -960,6 +1109,7 @@ where
     fn take_all(&self, shard: &RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
         let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), Time::now);
         self.loads.wrote(None);
+        // take_all raises the version.
         (guard.take_all(now), now)
     }
 

@@ -624,6 +624,10 @@ impl<K, V> Drop for Wheel<K, V> {
 pub(crate) struct Shard<K, V> {
     table: Table,
     wheel: Wheel<K, V>,
+    /// Raised by every write lock taken to put, remove, touch or clear
+    /// (not by eviction, which removes only entries already expired):
+    /// `update` commits only if it is what it was when the value was read.
+    pub(crate) version: u64,
 }
 
 impl<K, V> Shard<K, V> {
@@ -639,6 +643,7 @@ impl<K, V> Shard<K, V> {
             phase,
         };
         Self {
+            version: 0,
             table: Table::new(),
             wheel: Wheel {
                 lists: Lists::new(slab.tick_of(now)),
@@ -1182,6 +1187,7 @@ impl<K, V> Shard<K, V> {
         if let Some((cap, weighted)) = self.bound_config() {
             fresh = fresh.bounded(cap, weighted);
         }
+        fresh.version = self.version + 1;
         std::mem::replace(self, fresh)
     }
 
