@@ -39,6 +39,24 @@ fn evictable(deadline: u64, now: u64) -> bool {
     (deadline >> SHIFT) < now >> SHIFT || (now == u64::MAX && deadline < u64::MAX)
 }
 
+/// What a store of `value` for `key` until `deadline` at time `t` does to
+/// the model: the old value, if any, leaves as `Replaced` if it was live,
+/// else as `Expired`.
+fn store(
+    model: &mut HashMap<u64, Model>,
+    events: &mut Vec<(u64, u64, Cause)>,
+    (key, value, deadline, t): (u64, u64, u64, u64),
+) {
+    if let Some(old) = model.insert(key, Model { value, deadline }) {
+        let cause = if t <= old.deadline {
+            Cause::Replaced
+        } else {
+            Cause::Expired
+        };
+        events.push((key, old.value, cause));
+    }
+}
+
 /// The events received so far; checks that no `Expired` event left at or
 /// before its deadline.
 fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
@@ -174,16 +192,8 @@ fn single_threaded_with<S>(
                 let r = map.put_if_absent(key, serial, ttl);
                 assert_eq!(r, live.map(|m| m.value), "{ctx}: put_if_absent");
                 if live.is_none() && !ttl.is_zero() {
-                    if let Some(old) = model.get(&key) {
-                        expected_events.push((key, old.value, Cause::Expired));
-                    }
-                    model.insert(
-                        key,
-                        Model {
-                            value: serial,
-                            deadline: t.saturating_add(ttl_ns),
-                        },
-                    );
+                    let deadline = t.saturating_add(ttl_ns);
+                    store(&mut model, &mut expected_events, (key, serial, deadline, t));
                 }
             }
             5..=29 => {
@@ -193,21 +203,8 @@ fn single_threaded_with<S>(
                     assert_eq!(r, None, "{ctx}: zero-ttl put");
                 } else {
                     assert_eq!(r, live.map(|m| m.value), "{ctx}: put");
-                    if let Some(old) = model.get(&key) {
-                        let cause = if live.is_some() {
-                            Cause::Replaced
-                        } else {
-                            Cause::Expired
-                        };
-                        expected_events.push((key, old.value, cause));
-                    }
-                    model.insert(
-                        key,
-                        Model {
-                            value: serial,
-                            deadline: t.saturating_add(ttl_ns),
-                        },
-                    );
+                    let deadline = t.saturating_add(ttl_ns);
+                    store(&mut model, &mut expected_events, (key, serial, deadline, t));
                 }
             }
             30..=44 => assert_eq!(map.get(&key), live.map(|m| m.value), "{ctx}: get"),
@@ -227,16 +224,8 @@ fn single_threaded_with<S>(
                     "{ctx}: get_or_insert_with"
                 );
                 if live.is_none() && !ttl.is_zero() {
-                    if let Some(old) = model.get(&key) {
-                        expected_events.push((key, old.value, Cause::Expired));
-                    }
-                    model.insert(
-                        key,
-                        Model {
-                            value: serial,
-                            deadline: t.saturating_add(ttl_ns),
-                        },
-                    );
+                    let deadline = t.saturating_add(ttl_ns);
+                    store(&mut model, &mut expected_events, (key, serial, deadline, t));
                 }
             }
             50..=54 => assert_eq!(
@@ -282,21 +271,7 @@ fn single_threaded_with<S>(
                 assert_eq!(r, want, "{ctx}: update");
                 match (choice, new) {
                     (_, Some(deadline)) => {
-                        if let Some(old) = model.get(&key) {
-                            let cause = if live.is_some() {
-                                Cause::Replaced
-                            } else {
-                                Cause::Expired
-                            };
-                            expected_events.push((key, old.value, cause));
-                        }
-                        model.insert(
-                            key,
-                            Model {
-                                value: serial,
-                                deadline,
-                            },
-                        );
+                        store(&mut model, &mut expected_events, (key, serial, deadline, t));
                     }
                     (1, _) => {
                         if let Some(old) = model.remove(&key) {
