@@ -242,6 +242,9 @@ fn the_bound_holds_under_concurrent_puts_and_eviction() {
         let clock = ManualClock::new();
         let map = Arc::new(
             ExpireMap::<u32, u32>::builder()
+                // A fixed hasher: the admission sketch follows the hashes,
+                // and a loom model must do the same in every execution.
+                .hasher(Fixed::default())
                 .clock(clock.clone())
                 .shards(1)
                 .max_entries(1)
@@ -282,9 +285,13 @@ fn the_bound_holds_under_concurrent_puts_and_eviction() {
     });
 }
 
-fn loading_map() -> Arc<ExpireMap<u32, u32>> {
+/// A hasher that is the same in every execution of a model.
+type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+fn loading_map() -> Arc<ExpireMap<u32, u32, Fixed>> {
     Arc::new(
         ExpireMap::builder()
+            .hasher(Fixed::default())
             .clock(ManualClock::new())
             .shards(1)
             .background_eviction(false)

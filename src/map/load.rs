@@ -29,11 +29,15 @@
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering, thread};
 use std::collections::HashMap;
 
-/// The loads in flight, by key hash.
+/// The loads in flight, by key hash. The registry's own hasher is fixed
+/// (its keys are already the map's hashes), so that the map behaves the
+/// same in every run of a loom model.
 pub(crate) struct Loads<K, V> {
     in_flight: AtomicUsize,
-    map: Mutex<HashMap<u64, Arc<Load<K, V>>>>,
+    map: Mutex<HashMap<u64, Arc<Load<K, V>>, FixedState>>,
 }
+
+type FixedState = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
 /// One key's load.
 pub(crate) struct Load<K, V> {
@@ -64,7 +68,7 @@ impl<K, V> Loads<K, V> {
     pub(crate) fn new() -> Self {
         Self {
             in_flight: AtomicUsize::new(0),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(HashMap::default()),
         }
     }
 
