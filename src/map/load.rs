@@ -34,9 +34,11 @@ use std::collections::HashMap;
 /// same in every run of a loom model.
 pub(crate) struct Loads<K, V> {
     in_flight: AtomicUsize,
-    map: Mutex<HashMap<u64, Arc<Load<K, V>>, FixedState>>,
+    map: Mutex<Registry<K, V>>,
 }
 
+/// Loads by key hash.
+type Registry<K, V> = HashMap<u64, Arc<Load<K, V>>, FixedState>;
 type FixedState = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
 /// One key's load.
