@@ -57,6 +57,19 @@ fn store(
     }
 }
 
+/// What a removal of `key` at time `t` does to the model: the value, if
+/// any, leaves as `Removed` if it was live, else as `Expired`.
+fn remove(model: &mut HashMap<u64, Model>, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: u64) {
+    if let Some(old) = model.remove(&key) {
+        let cause = if t <= old.deadline {
+            Cause::Removed
+        } else {
+            Cause::Expired
+        };
+        events.push((key, old.value, cause));
+    }
+}
+
 /// The events received so far; checks that no `Expired` event left at or
 /// before its deadline.
 fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
@@ -273,30 +286,14 @@ fn single_threaded_with<S>(
                     (_, Some(deadline)) => {
                         store(&mut model, &mut expected_events, (key, serial, deadline, t));
                     }
-                    (1, _) => {
-                        if let Some(old) = model.remove(&key) {
-                            let cause = if live.is_some() {
-                                Cause::Removed
-                            } else {
-                                Cause::Expired
-                            };
-                            expected_events.push((key, old.value, cause));
-                        }
-                    }
+                    (1, _) => remove(&mut model, &mut expected_events, key, t),
                     _ => {}
                 }
             }
             63..=71 => {
                 let r = map.remove(&key);
                 assert_eq!(r, live.map(|m| m.value), "{ctx}: remove");
-                if let Some(old) = model.remove(&key) {
-                    let cause = if live.is_some() {
-                        Cause::Removed
-                    } else {
-                        Cause::Expired
-                    };
-                    expected_events.push((key, old.value, cause));
-                }
+                remove(&mut model, &mut expected_events, key, t);
             }
             72..=77 => {
                 // touch, or expire with a condition.

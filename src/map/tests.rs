@@ -12,18 +12,23 @@ fn h(k: u64) -> u64 {
     k % 7
 }
 
+/// A seeded xorshift generator: `rnd(n)` is below `n`.
+fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |n| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    }
+}
+
 #[test]
 fn shard_random_ops_keep_table_and_wheel_consistent() {
     // A non-zero phase (see `shard::phase`), which must change nothing.
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 37, 0);
     let mut model: HashMap<u64, (u64, u64)> = HashMap::new();
-    let mut x = 0x1234_5678_u64;
-    let mut rnd = |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut rnd = xorshift(0x1234_5678_u64);
     let mut now = 0u64;
     let mut out = Vec::new();
     for step in 0..if cfg!(miri) { 500 } else { 50_000 } {
@@ -462,13 +467,7 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
         let mut s: Shard<u64, u64> = Shard::new(SHIFT, 5, 0).bounded(cap, weighted);
         // key -> (value, deadline, weight)
         let mut model: HashMap<u64, (u64, u64, u32)> = HashMap::new();
-        let mut x = 0x9E37_79B9_u64 ^ cap;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = xorshift(0x9E37_79B9_u64 ^ cap);
         let mut now = 0u64;
         let mut serial = 0u64;
         let mut out = Vec::new();
