@@ -123,3 +123,26 @@ impl fmt::Display for RecvTimeoutError {
 }
 
 impl std::error::Error for RecvTimeoutError {}
+
+/// A lag, as an item of a receiver's `Stream`: exactly this many messages
+/// were freed before the receiver read them, and the stream continues from
+/// the oldest message still held. (A stream has no `Closed` item: it ends.)
+///
+/// ```
+/// use expiremap::broadcast::Lagged;
+/// assert_eq!(Lagged(3).to_string(), "receiver lagged behind and lost 3 messages");
+/// ```
+#[cfg(feature = "stream")]
+#[cfg_attr(docsrs, doc(cfg(feature = "stream")))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lagged(pub u64);
+
+#[cfg(feature = "stream")]
+impl fmt::Display for Lagged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "receiver lagged behind and lost {} messages", self.0)
+    }
+}
+
+#[cfg(feature = "stream")]
+impl std::error::Error for Lagged {}

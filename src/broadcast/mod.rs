@@ -45,7 +45,8 @@
 //!   last_valid + capacity`:
 //!   `seq < last_valid` is freed (unreadable; its slot may be reused);
 //!   `seq < read_gen` is published; `seq < write_gen` is reserved.
-//!   Bit 63 of `read_gen` is `WAITING`: a receiver may be parked.
+//!   Bit 63 of `read_gen` is `WAITING`: a receiver may be asleep (a thread
+//!   parked, or an async receive's waker registered).
 //! * A reader counter is `SUSPENDED | seq` (bit 63 set: the reader is between
 //!   receives, claims nothing, will next read `seq`, and cleanup may move it
 //!   forward) or an active `seq` (the reader is copying `seq` or later; cleanup
@@ -60,7 +61,8 @@
 //! | `write_gen` | writers | CAS `seq -> seq + 1` (reserve) |
 //! | slot of `seq` | the writer that reserved `seq`, until it publishes | take the old value, write the new one |
 //! | `read_gen` low bits | the writer that reserved `read_gen` | `swap(seq + 1)` after waiting for `read_gen == seq` |
-//! | `read_gen` `WAITING` | parking receivers set it, publish and the last sender's drop clear it | `fetch_or` / `swap` / `fetch_and` |
+//! | `read_gen` `WAITING` | sleeping receivers set it under `lock`; publish and the last sender's drop clear it; the last sleeper to give up clears it under `lock` | `fetch_or` / `swap` / `fetch_and` |
+//! | `Sleepers` (behind `lock`) | parking threads count themselves; an async receive puts or takes its registry slot's waker; a notify takes every waker | under `lock` only |
 //! | `last_valid` | cleanup (any writer) | `fetch_max` |
 //! | reader counter, active | its reader only | plain stores (progress, suspend) |
 //! | reader counter, suspended | its reader (resume, join) and cleanup (force) | CAS only |
@@ -96,7 +98,53 @@
 //!   and the publisher (or last sender) both RMW `read_gen`, so one of them
 //!   sees the other. Before parking, a blocking receive spins and yields
 //!   briefly while watching `read_gen` (not under loom), so a receiver that
-//!   keeps up rarely makes a publish pay a wake-up.
+//!   keeps up rarely makes a publish pay a wake-up. An async receive
+//!   sleeps by the same edge (next section).
+//!
+//! ## Async receives: the waker protocol
+//!
+//! [`Receiver::poll_recv`] (behind [`Receiver::recv_async`] and the
+//! `Stream` impl) is the blocking receive with the park replaced by a waker
+//! registration; the publish path is the same code, so a writer pays for a
+//! sleeping task exactly what it pays for a parked thread, and nothing when
+//! nobody sleeps (`WAITING` clear: one `swap`, as before).
+//!
+//! 1. *Look.* `try_recv`; anything but `Empty` is returned (`Ready`).
+//! 2. *Register* (`Inner::register`), all under `lock`: put the waker in the
+//!    receiver's registry slot of `Sleepers::wakers` (replacing the one an
+//!    earlier poll left unless it `will_wake` the same task), *then*
+//!    `fetch_or(WAITING)` on `read_gen`. If that RMW read a sequence other
+//!    than the receiver's `next`, or `senders == 0`, something happened
+//!    since step 1: take the waker back out and go to 1. Else `Pending`.
+//! 3. *Notify* (`Inner::notify_all`, owed by a publish or the last sender's
+//!    drop whose RMW on `read_gen` found `WAITING`): under `lock`, notify
+//!    the condition variable if a thread is parked, and take the wakers out
+//!    (at most `WAKE_BATCH` per hold); wake them after releasing `lock`.
+//! 4. *Give up* (the future dropped, or the receiver dropped while its
+//!    `Stream` poll was pending; also after a `Ready` that followed a
+//!    `Pending`): `Inner::unregister` takes the slot's waker out under
+//!    `lock`, and if no thread is parked and no waker is left, clears
+//!    `WAITING`, so an abandoned receive leaves no wake-up for the next
+//!    publish to pay.
+//!
+//! No lost wake-up: the publish's `swap` (or close's `fetch_and`) and step
+//! 2's `fetch_or` are RMWs on one location, so one reads the other. If the
+//! publish came first, step 2 reads its sequence (or, through the AcqRel
+//! chain of `senders`, the close) and does not sleep. If step 2 came first,
+//! the publish reads `WAITING` and notifies; its `lock` is taken after its
+//! `swap`, so after step 2 released `lock` (which it held across the
+//! `fetch_or`), and it finds the waker. Clearing `WAITING` in step 4 is safe
+//! because every sleeper sets it again under `lock` before sleeping, and
+//! step 4 holds `lock` and sees none. A waker is user code: it is cloned
+//! under `lock` but woken and dropped outside it, so a waker that polls or
+//! drops the future inline cannot deadlock on `lock`.
+//!
+//! No dangling waker: a slot's waker is only ever the latest one its
+//! receiver registered; the receiver's `Drop` (and the future's) takes it
+//! out before the registry slot is given back, so a new receiver never
+//! inherits one. A task can be woken spuriously, never more than once per
+//! notify: a notify that took its waker just before the task gave up, or
+//! one whose pass took it again after it registered anew.
 //!
 //! ## Cleanup
 //!
@@ -157,7 +205,11 @@ mod ring;
 
 #[cfg(all(test, not(expiremap_loom)))]
 mod tests;
+#[cfg(all(test, not(expiremap_loom)))]
+mod tests_async;
 
+#[cfg(feature = "stream")]
+pub use error::Lagged;
 pub use error::{BuildError, RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
 
 use crate::clock::{Clock, SystemClock};
@@ -169,7 +221,10 @@ use ring::{Backoff, Inner, SEQ, SUSPENDED};
 /// 4 yields of the thread.
 const SPINS_BEFORE_PARK: u32 = 10;
 use std::fmt;
+use std::future::Future;
 use std::ops::Deref;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// The writing end of a broadcast area. Clones are more writers of the same
@@ -195,6 +250,9 @@ pub struct Receiver<T> {
     /// if higher: `next..known` is published and its writes happened-before.
     /// Receives use it instead of loading the hot `read_gen` line again.
     known: u64,
+    /// `true` if an async receive may have left a waker in this receiver's
+    /// place in `Sleepers` (a notify may have taken it since).
+    registered: bool,
 }
 
 impl<T: Send + Sync> Sender<T> {
@@ -331,6 +389,7 @@ impl<T: Send + Sync> Sender<T> {
                 slot,
                 next,
                 known: next,
+                registered: false,
             }),
             None => Err(SubscribeError::RegistryFull {
                 max_readers: self.inner.max_readers(),
@@ -578,6 +637,14 @@ impl<T> Receiver<T> {
         false
     }
 
+    /// Takes this receiver's waker out of the ring if an async receive left
+    /// one there. Costs a lock only after an async receive went to sleep.
+    fn unregister(&mut self) {
+        if std::mem::take(&mut self.registered) {
+            self.inner.unregister(self.slot);
+        }
+    }
+
     /// `Err(Closed)` if closed and drained, else `Err(Empty)`; no activation.
     fn empty_or_closed(&mut self) -> TryRecvError {
         if self.inner.closed() && self.nothing_new() {
@@ -647,6 +714,91 @@ impl<T: Clone + Send + Sync> Receiver<T> {
         }
     }
 
+    /// Receives the next message asynchronously: the future resolves as
+    /// [`recv`](Self::recv) returns, on any executor. While nothing is
+    /// published the task sleeps with its waker registered in the ring,
+    /// and the next publish (or the last sender leaving) wakes it. Dropping
+    /// the future takes the waker back out.
+    ///
+    /// The future borrows the receiver, so a message it has not yet
+    /// returned is never lost: a receive given up (the future dropped, say
+    /// by a `select!` that took another branch) leaves it for the next one.
+    ///
+    /// Polled by hand, with a waker that counts its wake-ups:
+    ///
+    /// ```
+    /// use expiremap::broadcast::Sender;
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::task::{Context, Poll, Wake, Waker};
+    ///
+    /// struct CountWakes(AtomicUsize);
+    /// impl Wake for CountWakes {
+    ///     fn wake(self: Arc<Self>) {
+    ///         self.0.fetch_add(1, Ordering::SeqCst);
+    ///     }
+    /// }
+    ///
+    /// let tx = Sender::new(4, 1).unwrap();
+    /// let mut rx = tx.subscribe().unwrap();
+    /// let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+    /// let waker = Waker::from(Arc::clone(&wakes));
+    /// let mut cx = Context::from_waker(&waker);
+    ///
+    /// let mut recv = pin!(rx.recv_async());
+    /// assert!(recv.as_mut().poll(&mut cx).is_pending()); // asleep, waker registered
+    /// tx.send(7);
+    /// assert_eq!(wakes.0.load(Ordering::SeqCst), 1); // the publish woke it
+    /// assert_eq!(recv.as_mut().poll(&mut cx), Poll::Ready(Ok(7)));
+    /// ```
+    pub fn recv_async(&mut self) -> Recv<'_, T> {
+        Recv { rx: self }
+    }
+
+    /// The poll behind [`recv_async`](Self::recv_async) and the `Stream`
+    /// impl: `Ready` as [`recv`](Self::recv) returns, or `Pending` with
+    /// `cx`'s waker registered in the ring (replacing one an earlier poll
+    /// left), to be woken by the next publish or the last sender leaving.
+    /// The waker stays registered until a later poll returns `Ready`, the
+    /// waker is woken, or the receiver is dropped.
+    ///
+    /// ```
+    /// use expiremap::broadcast::{RecvError, Sender};
+    /// use std::task::{Context, Poll, Waker};
+    ///
+    /// let tx = Sender::new(4, 1).unwrap();
+    /// let mut rx = tx.subscribe().unwrap();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert_eq!(rx.poll_recv(&mut cx), Poll::Pending);
+    /// tx.send("a");
+    /// assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Ok("a")));
+    /// drop(tx);
+    /// assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Err(RecvError::Closed)));
+    /// ```
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
+        loop {
+            let r = match self.try_recv() {
+                Ok(v) => Ok(v),
+                Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+                Err(TryRecvError::Closed) => Err(RecvError::Closed),
+                Err(TryRecvError::Empty) => {
+                    // `register` returns `false` with the waker taken back
+                    // out: something was published or the area closed since
+                    // `try_recv` looked.
+                    self.registered = self.inner.register(self.slot, self.next, cx.waker());
+                    if self.registered {
+                        return Poll::Pending;
+                    }
+                    continue;
+                }
+            };
+            self.unregister();
+            return Poll::Ready(r);
+        }
+    }
+
     /// Like [`recv`](Self::recv), but gives up with `Err(Timeout)` after
     /// `timeout`.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
@@ -707,7 +859,74 @@ impl<T: Clone + Send + Sync> Receiver<T> {
 
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
+        self.unregister();
         self.inner.leave(self.slot);
+    }
+}
+
+/// `Stream` of the messages, ending after every sender is gone and
+/// everything was received. A lag is an item, `Err(Lagged(n))`, after which
+/// the stream continues from the oldest message still held.
+///
+/// ```
+/// use expiremap::broadcast::{Lagged, Sender};
+/// use futures_core::Stream;
+/// use std::pin::Pin;
+/// use std::task::{Context, Poll, Waker};
+///
+/// let tx = Sender::new(2, 1).unwrap();
+/// let mut rx = tx.subscribe().unwrap();
+/// for i in 0..3 {
+///     tx.send(i);
+/// }
+/// drop(tx);
+/// let mut cx = Context::from_waker(Waker::noop());
+/// let mut next = || Pin::new(&mut rx).poll_next(&mut cx);
+/// assert_eq!(next(), Poll::Ready(Some(Err(Lagged(1)))));
+/// assert_eq!(next(), Poll::Ready(Some(Ok(1))));
+/// assert_eq!(next(), Poll::Ready(Some(Ok(2))));
+/// assert_eq!(next(), Poll::Ready(None)); // closed and drained
+/// ```
+#[cfg(feature = "stream")]
+#[cfg_attr(docsrs, doc(cfg(feature = "stream")))]
+impl<T: Clone + Send + Sync> futures_core::Stream for Receiver<T> {
+    type Item = Result<T, Lagged>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_recv(cx).map(|r| match r {
+            Ok(v) => Some(Ok(v)),
+            Err(RecvError::Lagged(n)) => Some(Err(Lagged(n))),
+            Err(RecvError::Closed) => None,
+        })
+    }
+}
+
+/// The future of [`Receiver::recv_async`]: resolves to the next message,
+/// `Err(Lagged(n))` or `Err(Closed)`, as [`Receiver::recv`] returns.
+/// Dropping it before it resolves takes its waker out of the ring and
+/// loses no message.
+#[must_use = "futures do nothing unless polled"]
+pub struct Recv<'a, T> {
+    rx: &'a mut Receiver<T>,
+}
+
+impl<T: Clone + Send + Sync> Future for Recv<'_, T> {
+    type Output = Result<T, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().rx.poll_recv(cx)
+    }
+}
+
+impl<T> Drop for Recv<'_, T> {
+    fn drop(&mut self) {
+        self.rx.unregister();
+    }
+}
+
+impl<T> fmt::Debug for Recv<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recv").field("rx", &*self.rx).finish()
     }
 }
 

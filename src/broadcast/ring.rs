@@ -9,13 +9,15 @@ use crate::sync::futex::{Condvar, Mutex};
 use crate::sync::{
     AtomicBool, AtomicU64, AtomicUsize, CachePadded, Ordering, UnsafeCell, spin_loop, thread,
 };
+use std::task::Waker;
 
 /// Top bit of a reader counter: the reader is suspended (holds no claim and
 /// may be force-advanced by cleanup).
 pub(super) const SUSPENDED: u64 = 1 << 63;
 
-/// Top bit of `read_gen`: a receiver may be parked on the condition
-/// variable, so the next publish (or the last sender's drop) must notify.
+/// Top bit of `read_gen`: a receiver may be asleep (a thread parked on the
+/// condition variable, or a task whose waker is in [`Sleepers`]), so the
+/// next publish (or the last sender's drop) must notify.
 pub(super) const WAITING: u64 = 1 << 63;
 
 /// The low 63 bits of a counter: a sequence number.
@@ -23,6 +25,45 @@ pub(super) const SEQ: u64 = !(1 << 63);
 
 /// Spins this many rounds (doubling each time) before yielding the thread.
 const SPIN_ROUNDS: u32 = 6;
+
+/// Wakers a notify takes out per hold of the lock; it wakes them after
+/// releasing it (a waker is user code), then comes back for the next ones.
+pub(super) const WAKE_BATCH: usize = 8;
+
+/// Who is asleep on an area: the state behind `Inner::lock`, touched only
+/// with it held.
+pub(super) struct Sleepers {
+    /// Threads inside `Inner::park`. A notify skips the condition variable
+    /// (a system call even with nobody on it) when this is 0.
+    threads: usize,
+    /// The waker of the async receive of each registry slot, if it is
+    /// asleep. Set by its receiver; taken by a notify or by the receiver.
+    wakers: Box<[Option<Waker>]>,
+    /// How many of `wakers` are `Some`.
+    registered: usize,
+}
+
+impl Sleepers {
+    fn new(max_readers: usize) -> Self {
+        Self {
+            threads: 0,
+            wakers: (0..max_readers).map(|_| None).collect(),
+            registered: 0,
+        }
+    }
+
+    /// Takes the waker of slot `i`, if any.
+    fn take(&mut self, i: usize) -> Option<Waker> {
+        let w = self.wakers[i].take();
+        self.registered -= usize::from(w.is_some());
+        w
+    }
+
+    /// Nobody is asleep: no publish needs to notify.
+    fn is_empty(&self) -> bool {
+        self.threads == 0 && self.registered == 0
+    }
+}
 
 /// The state shared by every handle of one area.
 pub(super) struct Inner<T> {
@@ -52,10 +93,11 @@ pub(super) struct Inner<T> {
     senders: AtomicUsize,
     /// Live `Receiver`s.
     receivers: AtomicUsize,
-    /// Where blocked receivers wait; guards nothing but the wait. std's
-    /// futex lock, not parking_lot's, so Miri's strict-provenance mode can
-    /// check the blocking paths (see `sync::futex`).
-    lock: Mutex<()>,
+    /// Who is asleep: parked threads (on `wake`) and the wakers of async
+    /// receives. std's futex lock, not parking_lot's, so Miri's
+    /// strict-provenance mode can check the blocking paths (see
+    /// `sync::futex`).
+    lock: Mutex<Sleepers>,
     wake: Condvar,
 }
 
@@ -112,7 +154,7 @@ impl<T> Inner<T> {
             probe: AtomicUsize::new(0),
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(0),
-            lock: Mutex::new(()),
+            lock: Mutex::new(Sleepers::new(max_readers)),
             wake: Condvar::new(),
         }
     }
@@ -178,10 +220,38 @@ impl<T> Inner<T> {
         }
     }
 
-    /// Wakes every parked receiver (under the lock they park with).
+    /// Wakes every receiver asleep now: parked threads (notified under the
+    /// lock they park with) and registered wakers (taken out under the lock,
+    /// woken after releasing it, at most [`WAKE_BATCH`] per hold). One pass
+    /// over the registry: a task woken here that registers again before the
+    /// pass reaches its slot is woken once more, spuriously; none is missed.
     pub(super) fn notify_all(&self) {
-        let _guard = self.lock.lock();
-        self.wake.notify_all();
+        let mut batch: [Option<Waker>; WAKE_BATCH] = Default::default();
+        let mut next = 0;
+        loop {
+            let mut n = 0;
+            {
+                let mut s = self.lock.lock();
+                if next == 0 && s.threads > 0 {
+                    self.wake.notify_all();
+                }
+                while n < WAKE_BATCH && next < s.wakers.len() && s.registered > 0 {
+                    if let Some(w) = s.take(next) {
+                        batch[n] = Some(w);
+                        n += 1;
+                    }
+                    next += 1;
+                }
+            }
+            if n == 0 {
+                return;
+            }
+            for w in &mut batch[..n] {
+                if let Some(w) = w.take() {
+                    w.wake();
+                }
+            }
+        }
     }
 
     // ----- writers ---------------------------------------------------------
@@ -364,7 +434,8 @@ impl<T> Inner<T> {
     }
 
     /// Gives registry slot `i` back. Its counter stays a suspended counter,
-    /// which cleanup now treats as empty.
+    /// which cleanup now treats as empty. Its waker was taken out already
+    /// (`Receiver::drop` unregisters first).
     pub(super) fn leave(&self, i: usize) {
         debug_assert!(self.counter(i).load(Ordering::Relaxed) & SUSPENDED != 0);
         self.receivers.fetch_sub(1, Ordering::Relaxed);
@@ -383,17 +454,84 @@ impl<T> Inner<T> {
     /// `wait` releases it atomically).
     pub(super) fn park(&self, next: u64, timeout: Option<std::time::Duration>) -> bool {
         let mut guard = self.lock.lock();
-        let prev = self.read_gen.fetch_or(WAITING, Ordering::AcqRel);
-        if prev & SEQ != next || self.closed() {
+        if self.news(next) {
             return false;
         }
-        match timeout {
+        guard.threads += 1;
+        let timed_out = match timeout {
             None => {
                 self.wake.wait(&mut guard);
                 false
             }
             Some(t) => self.wake.wait_for(&mut guard, t).timed_out(),
+        };
+        guard.threads -= 1;
+        timed_out
+    }
+
+    /// Sets `WAITING` and reports whether anything happened past `next`
+    /// (a publish or a close) before it was set. Called with `lock` held:
+    /// the RMW that edge W orders against every publish and close.
+    fn news(&self, next: u64) -> bool {
+        let prev = self.read_gen.fetch_or(WAITING, Ordering::AcqRel);
+        prev & SEQ != next || self.closed()
+    }
+
+    /// The async counterpart of [`park`](Self::park): puts `waker` in
+    /// registry slot `slot`'s place and sets `WAITING`, unless something
+    /// happened past `next` already. Returns `true` if the waker stays
+    /// registered (the caller returns `Poll::Pending`), `false` if the
+    /// caller must look again (its waker is then not registered).
+    ///
+    /// No lost wake-up, by the argument of `park` (edge W): the waker is in
+    /// place, under `lock`, before the RMW that sets `WAITING`; a publish or
+    /// close whose RMW follows ours sees `WAITING` and takes every waker
+    /// under `lock`, which it can only get after we release it.
+    pub(super) fn register(&self, slot: usize, next: u64, waker: &Waker) -> bool {
+        let mut s = self.lock.lock();
+        match &mut s.wakers[slot] {
+            Some(w) => {
+                if !w.will_wake(waker) {
+                    w.clone_from(waker);
+                }
+            }
+            empty @ None => {
+                *empty = Some(waker.clone());
+                s.registered += 1;
+            }
         }
+        if self.news(next) {
+            let stale = s.take(slot);
+            drop(s);
+            drop(stale); // a waker's drop is user code: outside the lock
+            return false;
+        }
+        true
+    }
+
+    /// Test-only: `(WAITING is set, wakers registered, threads parked)`.
+    #[cfg(test)]
+    pub(super) fn sleepers(&self) -> (bool, usize, usize) {
+        let s = self.lock.lock();
+        let waiting = self.read_gen.load(Ordering::Relaxed) & WAITING != 0;
+        (waiting, s.registered, s.threads)
+    }
+
+    /// Takes registry slot `slot`'s waker out, if a notify has not taken it
+    /// already. If nobody is asleep any more, also clears `WAITING`, so that
+    /// an async receive given up (its future dropped) leaves no wake-up for
+    /// the next publish to pay. Clearing is safe under `lock`: every sleeper
+    /// sets `WAITING` again, under `lock`, before it sleeps.
+    pub(super) fn unregister(&self, slot: usize) {
+        let mut s = self.lock.lock();
+        let waker = s.take(slot);
+        // Usually the publish that woke us cleared it already: look first,
+        // and write the hot line only if needed.
+        if s.is_empty() && self.read_gen.load(Ordering::Relaxed) & WAITING != 0 {
+            self.read_gen.fetch_and(SEQ, Ordering::AcqRel);
+        }
+        drop(s);
+        drop(waker); // user code: outside the lock
     }
 }
 
