@@ -2,6 +2,7 @@
 
 use crate::broadcast::{self, RecvError, RecvTimeoutError, TryRecvError};
 use std::fmt;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// The door by which a value left the map.
@@ -126,6 +127,113 @@ where
         max: usize,
     ) -> Result<usize, TryRecvError> {
         self.rx.try_recv_batch(out, max)
+    }
+
+    /// Waits for the next event without blocking a thread: a future that
+    /// resolves as [`recv`](Self::recv) returns, on any executor (the task
+    /// sleeps with its waker registered; the next event, or the map going
+    /// away, wakes it). Dropping the future before it resolves loses no
+    /// event. See [`broadcast::Receiver::recv_async`].
+    ///
+    /// ```
+    /// use expiremap::{Cause, ExpireMap, ManualClock, RecvError};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map = ExpireMap::<&str, u32>::builder()
+    ///     .clock(clock.clone())
+    ///     .background_eviction(false)
+    ///     .build();
+    /// let mut events = map.subscribe()?;
+    /// let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// rt.block_on(async {
+    ///     map.put("a", 1, Duration::from_millis(5));
+    ///     clock.advance(Duration::from_millis(6));
+    ///     map.evict_expired();
+    ///     let e = events.recv_async().await.unwrap();
+    ///     assert_eq!((e.key, e.value, e.cause), ("a", 1, Cause::Expired));
+    ///     drop(map);
+    ///     assert_eq!(events.recv_async().await, Err(RecvError::Closed));
+    /// });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn recv_async(&mut self) -> broadcast::Recv<'_, Event<K, V>> {
+        self.rx.recv_async()
+    }
+
+    /// The poll behind [`recv_async`](Self::recv_async), for hand-written
+    /// futures: `Ready` as [`recv`](Self::recv) returns, or `Pending` with
+    /// `cx`'s waker registered. See [`broadcast::Receiver::poll_recv`].
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::task::{Context, Poll, Waker};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map = ExpireMap::<u32, u32>::builder()
+    ///     .clock(clock.clone())
+    ///     .background_eviction(false)
+    ///     .build();
+    /// let mut events = map.subscribe()?;
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert!(events.poll_recv(&mut cx).is_pending());
+    /// map.put(1, 10, Duration::from_millis(1));
+    /// clock.advance(Duration::from_millis(2));
+    /// map.evict_expired();
+    /// assert!(matches!(events.poll_recv(&mut cx), Poll::Ready(Ok(e)) if e.value == 10));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Event<K, V>, RecvError>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// `Stream` of the events, ending once the map is dropped and every event
+/// was received. A lag is an item, `Err(Lagged(n))` with the exact number
+/// of events missed; the stream then continues from the oldest event held.
+///
+/// ```
+/// use expiremap::broadcast::Lagged;
+/// use expiremap::{ExpireMap, ManualClock};
+/// use futures_core::Stream;
+/// use std::pin::Pin;
+/// use std::task::{Context, Poll, Waker};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let map = ExpireMap::<u32, u32>::builder()
+///     .clock(clock.clone())
+///     .background_eviction(false)
+///     .event_capacity(2)
+///     .build();
+/// let mut events = map.subscribe()?;
+/// for k in 0..3 {
+///     map.put(k, k, Duration::from_millis(1));
+/// }
+/// clock.advance(Duration::from_millis(2));
+/// assert_eq!(map.evict_expired(), 3);
+/// drop(map);
+/// let mut cx = Context::from_waker(Waker::noop());
+/// let mut items = Vec::new();
+/// while let Poll::Ready(Some(item)) = Pin::new(&mut events).poll_next(&mut cx) {
+///     items.push(item.map(|e| e.value));
+/// }
+/// assert_eq!(items.len(), 3); // Lagged(1), then the two events held
+/// assert_eq!(items[0], Err(Lagged(1)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "stream")]
+#[cfg_attr(docsrs, doc(cfg(feature = "stream")))]
+impl<K, V> futures_core::Stream for Subscriber<K, V>
+where
+    K: Clone + Send + Sync,
+    V: Clone + Send + Sync,
+{
+    type Item = Result<Event<K, V>, broadcast::Lagged>;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        std::pin::Pin::new(&mut self.get_mut().rx).poll_next(cx)
     }
 }
 
