@@ -1,0 +1,93 @@
+//! The one error type of the crate.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+/// What went wrong with a [`NearCache`](crate::NearCache) call.
+///
+/// `Clone`, so that one lost connection can fail every call that was
+/// waiting on it with the same cause.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The builder's settings or URL are not usable (an unsupported scheme,
+    /// a bad prefix).
+    Config(String),
+    /// No connection to the server: it could not be reached, the connection
+    /// was lost while the call waited, or the cache is reconnecting. The near
+    /// copies were dropped; the cache reconnects on its own. A `put` or
+    /// `remove` that failed this way may or may not have reached the server.
+    Connection(Arc<io::Error>),
+    /// The server answered with an error reply (`-ERR ...`, `-NOAUTH ...`).
+    Server(String),
+    /// The server's reply did not have the expected shape (not a Redis 7
+    /// compatible server, or a key of another type under the prefix).
+    Protocol(String),
+    /// A key or value could not be encoded, or bytes read from the server
+    /// could not be decoded as the cache's key or value type.
+    Codec(CodecError),
+}
+
+impl Error {
+    pub(crate) fn connection(kind: io::ErrorKind, msg: &str) -> Self {
+        Error::Connection(Arc::new(io::Error::new(kind, msg.to_string())))
+    }
+
+    pub(crate) fn io(e: io::Error) -> Self {
+        Error::Connection(Arc::new(e))
+    }
+
+    /// `true` for [`Error::Connection`]: retrying later may succeed.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Error::Connection(_))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(m) => write!(f, "near cache configuration: {m}"),
+            Error::Connection(e) => write!(f, "redis connection: {e}"),
+            Error::Server(m) => write!(f, "redis server error: {m}"),
+            Error::Protocol(m) => write!(f, "unexpected redis reply: {m}"),
+            Error::Codec(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Connection(e) => Some(&**e),
+            Error::Codec(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<CodecError> for Error {
+    fn from(e: CodecError) -> Self {
+        Error::Codec(e)
+    }
+}
+
+/// A key or value that did not go through the codec (postcard).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodecError {
+    /// Encoding (`true`) or decoding (`false`).
+    pub encoding: bool,
+    /// Which half of the entry: `"key"` or `"value"`.
+    pub part: &'static str,
+    /// The codec's own message.
+    pub message: String,
+}
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = if self.encoding { "encode" } else { "decode" };
+        write!(f, "cannot {op} the {}: {}", self.part, self.message)
+    }
+}
+
+impl std::error::Error for CodecError {}

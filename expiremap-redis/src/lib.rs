@@ -1,0 +1,441 @@
+//! A near cache in front of Redis: an [`expiremap::ExpireMap`] in each
+//! process, kept coherent by Redis itself.
+//!
+//! [`NearCache<K, V>`](NearCache) keeps its entries in Redis (or Valkey),
+//! where every process sees them, and a *near copy* of what it read or wrote
+//! in a bounded local [`ExpireMap`]. A read that finds a near copy costs no
+//! network; a miss reads the value and its remaining Redis TTL in one round
+//! trip and keeps a near copy that never outlives the Redis key nor the cap
+//! set with [`Builder::max_near_ttl`]. Writes go through to Redis, then to
+//! the near copy. A write by any process drops the near copies in every
+//! other process, through Redis's server-assisted client-side caching.
+//!
+//! ```no_run
+//! use expiremap_redis::NearCache;
+//! use std::time::Duration;
+//!
+//! let cache: NearCache<String, u64> = NearCache::builder("redis://127.0.0.1:6379")
+//!     .prefix("users:")
+//!     .max_entries(10_000)
+//!     .build()?;
+//! cache.put("alice".to_string(), 42, Duration::from_secs(60))?;
+//! assert_eq!(cache.get(&"alice".to_string())?, Some(42)); // a near hit
+//! # Ok::<(), expiremap_redis::Error>(())
+//! ```
+//!
+//! # Coherence
+//!
+//! Each cache holds **one** connection, in RESP3, on which it asks for
+//! `CLIENT TRACKING ON BCAST PREFIX <prefix> NOLOOP`: the server pushes an
+//! invalidation message on that connection for every key under the prefix
+//! that any *other* client changes (writes, deletes, expirations, evictions,
+//! `FLUSHALL`). Every command of the cache goes through the same connection
+//! and one thread reads it: it applies replies (storing near copies) and
+//! invalidations (dropping them) one by one, in the order the server sent
+//! them. That order is what makes the race of the Redis documentation
+//! ("a read reply overtaken by the invalidation of its key") impossible
+//! here: an invalidation sent after the reply is applied after the store.
+//!
+//! Why this and not a second, redirect connection (`REDIRECT <id>` to a
+//! connection subscribed to `__redis__:invalidate`): with two connections
+//! the two streams race each other, the tracking connection can be lost
+//! without the redirect one noticing (RESP2 tells nobody), and our own
+//! writes come back as invalidations that drop the near copy a `put` just
+//! made. One RESP3 connection has none of these: `NOLOOP` keeps our own
+//! writes from echoing, and its loss is one event. The `redis` crate
+//! provides the URL parsing, command encoding and RESP3 parser; the
+//! connection thread is ours, because its sync client can neither be read
+//! by one thread while others write nor deliver pushes in order with
+//! replies, and its async client would bring a runtime.
+//!
+//! # Staleness bound
+//!
+//! With a staleness bound `S` ([`Builder::staleness_bound`], 500 ms by
+//! default):
+//!
+//! > a `get` that starts more than `S` after a write (by any process)
+//! > completed never returns the value that write replaced.
+//!
+//! How it is enforced: the cache pings the server every `S / 4` on its
+//! connection. A `PONG` to a ping sent at `t` proves that every
+//! invalidation the server produced before it read that ping has already
+//! been applied (same connection, in order), so near copies are served only
+//! while `now <= t + S` for the latest answered ping; otherwise `get` reads
+//! from Redis. A ping unanswered for `S` closes the connection. A read from
+//! Redis is never stale. So the bound holds however slow the network, the
+//! server or this process is; what it costs is that near hits stop (reads go
+//! to Redis) while pings are late.
+//!
+//! In the usual case an invalidation arrives within one loopback round trip
+//! of the write: see `BENCHMARKS.md` for the measured delay (median and
+//! p99), far below `S`.
+//!
+//! Assumptions: the server and this machine's clocks run at the same rate
+//! (Redis expires keys on its own clock), and writes under the prefix go to
+//! the same server (with replicas, a read from a replica is as stale as the
+//! replica).
+//!
+//! # Lost connections
+//!
+//! When the connection breaks (server killed, network gone, ping overdue):
+//! near hits stop at once, every call waiting on it fails with
+//! [`Error::Connection`], every near copy is dropped (invalidations may have
+//! been missed), and calls fail fast with `Error::Connection` while the
+//! cache reconnects in the background (backoff from 10 ms up to 500 ms).
+//! Once reconnected, tracking is set up again before any near copy is
+//! stored. A `put` or `remove` that failed with `Error::Connection` may or
+//! may not have reached the server.
+//!
+//! # Near copies and TTLs
+//!
+//! A near copy lives for `min(remaining Redis TTL, cap)`, where the
+//! remaining TTL is counted from when the command was *sent* (before the
+//! server read it) and cut by 2 ms, because Redis keeps deadlines in whole
+//! milliseconds. A key without a Redis TTL is kept near for the cap. A
+//! change of the TTL by another client (`EXPIRE`, `PERSIST`) is a write and
+//! drops the near copies. The near map is bounded by [`Builder::max_entries`]
+//! (the core map's TinyLFU policy); a near copy pushed out is only a future
+//! miss.
+//!
+//! # Codec
+//!
+//! Keys and values go through `serde` with [postcard]: compact (varint
+//! integers, no field names, no framing beyond what a type needs), with a
+//! wire format that is stable since its 1.0, and actively kept. The Redis
+//! key is the prefix followed by the key's postcard bytes; the Redis value is
+//! the value's postcard bytes. A value that does not decode (another type,
+//! trailing bytes) is an [`Error::Codec`]. (bincode, the other usual
+//! choice, is no longer maintained.)
+//!
+//! [postcard]: https://docs.rs/postcard
+//!
+//! # Events
+//!
+//! [`NearCache::subscribe`] returns the near map's subscriber: each near copy
+//! that leaves is one event, with the core crate's causes. `Expired` means
+//! the near copy reached its deadline (its Redis TTL or the cap);
+//! `Size` that the bound pushed it out; with [`Builder::publish_removals`],
+//! `Removed` and `Replaced` report invalidations, removes and overwrites.
+//! Events are about this process's near copies, not about Redis keys
+//! nobody here read.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod codec;
+mod error;
+mod link;
+
+pub use error::{CodecError, Error};
+pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
+
+use expiremap::ExpireMap;
+use link::{Config, Shared};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// What a key of a [`NearCache`] must be: hashable, cloneable and
+/// serde-encodable. Implemented for every such type.
+pub trait CacheKey:
+    Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+}
+impl<T> CacheKey for T where
+    T: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+/// What a value of a [`NearCache`] must be: cloneable and serde-encodable.
+/// Implemented for every such type.
+pub trait CacheValue: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
+impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
+
+/// A near cache in front of Redis. See the [crate docs](crate) for the
+/// coherence protocol and the staleness bound.
+///
+/// `Send + Sync`: share it between threads by reference or in an `Arc`.
+/// Dropping it closes its connection and stops its two threads.
+pub struct NearCache<K, V> {
+    shared: Arc<Shared<K, V>>,
+    supervisor: Option<JoinHandle<()>>,
+}
+
+/// Settings of a [`NearCache`], from [`NearCache::builder`].
+pub struct Builder<K, V> {
+    url: String,
+    prefix: Option<Vec<u8>>,
+    max_entries: Option<u64>,
+    max_near_ttl: Option<Duration>,
+    staleness: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    publish_removals: bool,
+    _types: std::marker::PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: CacheKey, V: CacheValue> Builder<K, V> {
+    /// The namespace of the cache's keys in Redis (default `"expiremap:"`).
+    /// Caches that share data must use the same prefix and the same key and
+    /// value types. It must not be empty.
+    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.prefix = Some(prefix.as_ref().to_vec());
+        self
+    }
+
+    /// Bounds the number of near copies (default: unbounded). Redis holds
+    /// the data; the bound only limits this process's memory.
+    pub fn max_entries(mut self, n: u64) -> Self {
+        self.max_entries = Some(n);
+        self
+    }
+
+    /// The longest a near copy may live, whatever its Redis TTL (default
+    /// 60 s). Also the life of a near copy of a key without a Redis TTL.
+    pub fn max_near_ttl(mut self, cap: Duration) -> Self {
+        self.max_near_ttl = Some(cap);
+        self
+    }
+
+    /// The staleness bound `S` (default 500 ms, at least 4 ms): a `get` that
+    /// starts more than `S` after a write completed never returns the
+    /// value it replaced. The cache pings every `S / 4`.
+    pub fn staleness_bound(mut self, s: Duration) -> Self {
+        self.staleness = Some(s);
+        self
+    }
+
+    /// How long connecting (TCP and handshake) may take (default 1 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// Also publish `Removed` and `Replaced` events of near copies
+    /// (invalidations, removes, overwrites) to subscribers.
+    pub fn publish_removals(mut self, on: bool) -> Self {
+        self.publish_removals = on;
+        self
+    }
+
+    /// Connects (once, on this thread: an unreachable server is an error
+    /// here), sets up tracking and starts the cache's threads.
+    pub fn build(self) -> Result<NearCache<K, V>, Error> {
+        let mut cfg = Config::from_url(&self.url)?;
+        if let Some(p) = self.prefix {
+            if p.is_empty() {
+                return Err(Error::Config("the key prefix must not be empty".into()));
+            }
+            cfg.prefix = p;
+        }
+        if let Some(s) = self.staleness {
+            if s < Duration::from_millis(4) {
+                return Err(Error::Config(format!(
+                    "staleness_bound({s:?}) is below 4 ms"
+                )));
+            }
+            cfg.staleness = s;
+        }
+        if let Some(c) = self.max_near_ttl {
+            cfg.max_near_ttl = c;
+        }
+        if let Some(t) = self.connect_timeout {
+            cfg.connect_timeout = t;
+        }
+        let mut near = ExpireMap::<K, V>::builder().publish_removals(self.publish_removals);
+        if let Some(n) = self.max_entries {
+            near = near.max_entries(n);
+        }
+        let near = near
+            .try_build()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let shared = Arc::new(Shared::new(near, cfg));
+        let first = shared.connect()?;
+        let me = Arc::clone(&shared);
+        let supervisor = thread::Builder::new()
+            .name("expiremap-redis-supervisor".into())
+            .spawn(move || me.supervise(first))
+            .map_err(Error::io)?;
+        // The first connection is installed by the supervisor; wait for it so
+        // that the first call does not find the cache "reconnecting".
+        while shared.connects.load(Ordering::Acquire) == 0 && !supervisor.is_finished() {
+            thread::yield_now();
+        }
+        Ok(NearCache {
+            shared,
+            supervisor: Some(supervisor),
+        })
+    }
+}
+
+impl<K, V> fmt::Debug for Builder<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .field("max_entries", &self.max_entries)
+            .field("max_near_ttl", &self.max_near_ttl)
+            .field("staleness", &self.staleness)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
+    /// A builder for a cache on the server at `url`
+    /// (`redis://[user:password@]host:port[/db]`).
+    pub fn builder(url: impl Into<String>) -> Builder<K, V> {
+        Builder {
+            url: url.into(),
+            prefix: None,
+            max_entries: None,
+            max_near_ttl: None,
+            staleness: None,
+            connect_timeout: None,
+            publish_removals: false,
+            _types: std::marker::PhantomData,
+        }
+    }
+
+    /// The value of `key`: from the near copy if there is one and the
+    /// staleness bound allows (no network), else from Redis in one round
+    /// trip (value and remaining TTL), leaving a near copy.
+    pub fn get(&self, key: &K) -> Result<Option<V>, Error> {
+        if let Some(v) = self.near_hit(key) {
+            return Ok(Some(v));
+        }
+        self.shared.fetch(key)
+    }
+
+    #[inline]
+    fn near_hit(&self, key: &K) -> Option<V> {
+        if self.shared.fresh() {
+            self.shared.near.get(key)
+        } else {
+            None
+        }
+    }
+
+    /// Stores `value` under `key` in Redis with `ttl` (`SET ... PX`, rounded
+    /// up to a millisecond), then as the near copy. A zero `ttl` is ignored,
+    /// as by [`ExpireMap::put`]: nothing changes.
+    pub fn put(&self, key: K, value: V, ttl: Duration) -> Result<(), Error> {
+        if ttl.is_zero() {
+            return Ok(());
+        }
+        self.shared.set(key, value, ttl, false).map(drop)
+    }
+
+    /// Deletes `key` from Redis (`GETDEL`) and drops the near copy. Returns
+    /// the value Redis held.
+    pub fn remove(&self, key: &K) -> Result<Option<V>, Error> {
+        self.shared.del(key)
+    }
+
+    /// The value of `key`, or, if Redis has none, `init()`'s value stored
+    /// with `ttl`. At most one caller per key in this process runs `init` at
+    /// a time (others wait for its value). The value is stored with
+    /// `SET ... NX`: if another process stored one meanwhile, that one
+    /// stands and `init`'s is only returned (as
+    /// [`ExpireMap::get_or_insert_with`] does). A zero `ttl` returns the
+    /// value without storing it.
+    ///
+    /// `init` must not ask this cache for the same key (it would wait for
+    /// itself, and panics instead).
+    pub fn get_or_insert_with(
+        &self,
+        key: K,
+        ttl: Duration,
+        init: impl FnOnce() -> V,
+    ) -> Result<V, Error> {
+        self.try_get_or_insert_with(key, ttl, || Ok::<V, Error>(init()))
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with) with an `init` that
+    /// may fail: its error goes to its caller, nothing is stored, and one of
+    /// the waiting callers runs its own `init`. Errors of the cache itself
+    /// are turned into `E` with `From<Error>`.
+    pub fn try_get_or_insert_with<E: From<Error>>(
+        &self,
+        key: K,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        if let Some(v) = self.get(&key)? {
+            return Ok(v);
+        }
+        // Single flight through the near map's own loading, with a zero TTL:
+        // it stores nothing itself (the connection's reader does), it only
+        // makes waiters share the loader's value.
+        self.shared
+            .near
+            .try_get_or_insert_with(key.clone(), Duration::ZERO, || {
+                if let Some(v) = self.shared.fetch(&key)? {
+                    return Ok(v);
+                }
+                let v = init()?;
+                if !ttl.is_zero() {
+                    self.shared.set(key.clone(), v.clone(), ttl, true)?;
+                }
+                Ok(v)
+            })
+    }
+
+    /// A reader of the near copies' events (see the crate docs, *Events*).
+    pub fn subscribe(&self) -> Result<Subscriber<K, V>, SubscribeError> {
+        self.shared.near.subscribe()
+    }
+
+    /// The near copy of `key`, if this process holds one that a `get` would
+    /// return now, without any network. For tests and metrics.
+    pub fn peek_near(&self, key: &K) -> Option<V> {
+        self.near_hit(key)
+    }
+
+    /// The time left to the near copy of `key` (ignoring the staleness
+    /// bound), without any network.
+    pub fn near_ttl(&self, key: &K) -> Option<Duration> {
+        self.shared.near.ttl(key)
+    }
+
+    /// Near copies held (including ones past their deadline not yet evicted).
+    pub fn near_len(&self) -> usize {
+        self.shared.near.len()
+    }
+
+    /// `true` while the cache has a connection (calls may still fail on it).
+    pub fn is_connected(&self) -> bool {
+        self.shared.connected()
+    }
+
+    /// How many connections the cache has made, the first included: one
+    /// more after each recovery from a lost connection.
+    pub fn connections(&self) -> u64 {
+        self.shared.connects.load(Ordering::Relaxed)
+    }
+
+    /// The staleness bound in force (see the crate docs).
+    pub fn staleness_bound(&self) -> Duration {
+        self.shared.cfg.staleness
+    }
+}
+
+impl<K, V> Drop for NearCache<K, V> {
+    fn drop(&mut self) {
+        self.shared.close();
+        if let Some(h) = self.supervisor.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<K, V> fmt::Debug for NearCache<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NearCache")
+            .field("prefix", &String::from_utf8_lossy(&self.shared.cfg.prefix))
+            .field("staleness", &self.shared.cfg.staleness)
+            .finish_non_exhaustive()
+    }
+}

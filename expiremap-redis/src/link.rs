@@ -1,0 +1,655 @@
+//! The one connection of a cache, its reader and its supervisor.
+//!
+//! # Ground rules
+//!
+//! * One TCP connection per cache, in RESP3, with `CLIENT TRACKING ON BCAST
+//!   PREFIX <prefix> NOLOOP`. Every command of the cache goes through it, and
+//!   the server's invalidation pushes come back on it, in the order in which
+//!   the server produced them relative to the replies.
+//! * Callers write a command and push its [`Op`] on `pending` under the
+//!   `link` mutex (so the queue order is the wire order), then wait for their
+//!   reply on a channel of their own, with no lock held.
+//! * The *reader* thread is the only writer of the near map (puts, removes,
+//!   clears), and it applies replies and pushes one by one in wire order. A
+//!   reply's value is stored in the near map only by the reader, before it
+//!   reads the next message: an invalidation that the server sent after that
+//!   reply is applied after the store, and one it sent before is applied
+//!   before the value is read. No stored value can outlive an invalidation
+//!   of it that reached this connection.
+//! * `NOLOOP`: the server does not send us invalidations for our own writes
+//!   (they arrive as replies and the reader stores their values instead), so
+//!   a `put` leaves a near copy that lasts.
+//! * The *supervisor* thread pings every `staleness / 4`. A `PONG` for a
+//!   ping sent at `t` proves that every invalidation the server produced
+//!   before it read that ping has been applied, so the reader raises
+//!   `fresh_until` to `t + staleness`, and near copies are served only while
+//!   the clock is at or below it. A ping unanswered for `staleness` closes
+//!   the connection.
+//! * A lost connection: the reader lowers `fresh_until` to 0, takes the
+//!   connection out of `link` (new calls fail at once), fails every pending
+//!   call, clears the near map and ends. The supervisor joins it before it
+//!   connects again, so a new connection starts with an empty near map.
+
+use crate::codec;
+use crate::error::Error;
+use expiremap::{Clock, ExpireMap, SystemClock};
+use redis::{ConnectionAddr, Parser, PushKind, Value};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::VecDeque;
+use std::hash::Hash;
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::Duration;
+
+/// Reads a key's value and its remaining time in one round trip, atomically.
+/// A missing key reads as `false` (GET) and `-2` (PTTL).
+const FETCH: &str = "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}";
+
+/// Redis keeps deadlines in whole milliseconds of its clock, read when the
+/// command runs: the server may expire a key up to 1 ms before `sent + ttl`
+/// (and `ExpireMap::put` reads its own clock a little after ours). A near
+/// copy's life is cut by this much, so that it ends before the earliest
+/// instant the server could drop the key.
+pub(crate) const SLACK: Duration = Duration::from_millis(2);
+
+/// Largest `PX` we send (about 35,000 years): the server refuses a deadline
+/// past `i64::MAX` ms.
+const MAX_PX_MS: u128 = 1 << 50;
+
+/// Most time between two attempts to reconnect.
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
+
+/// How the cache connects, and its bounds.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: i64,
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) staleness: Duration,
+    pub(crate) max_near_ttl: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl Config {
+    pub(crate) fn from_url(url: &str) -> Result<Self, Error> {
+        use redis::IntoConnectionInfo;
+        let info = url
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("bad redis URL {url:?}: {e}")))?;
+        let (host, port) = match info.addr() {
+            ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
+            other => {
+                return Err(Error::Config(format!(
+                    "only plain TCP (redis://) is supported, not {other:?}"
+                )));
+            }
+        };
+        let r = info.redis_settings();
+        Ok(Config {
+            host,
+            port,
+            username: r.username().map(str::to_string),
+            password: r.password().map(str::to_string),
+            db: r.db(),
+            prefix: b"expiremap:".to_vec(),
+            staleness: Duration::from_millis(500),
+            max_near_ttl: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(1),
+        })
+    }
+
+    fn ping_every(&self) -> Duration {
+        self.staleness / 4
+    }
+}
+
+type Reply<T> = SyncSender<Result<T, Error>>;
+
+/// A command in flight, waiting for its reply.
+enum Op<K, V> {
+    Fetch {
+        key: K,
+        sent: u64,
+        tx: Reply<Option<V>>,
+    },
+    Set {
+        key: K,
+        value: V,
+        ttl: Duration,
+        sent: u64,
+        tx: Reply<bool>,
+    },
+    Del {
+        key: K,
+        tx: Reply<Option<V>>,
+    },
+    Ping {
+        sent: u64,
+    },
+}
+
+impl<K, V> Op<K, V> {
+    fn key(&self) -> Option<&K> {
+        match self {
+            Op::Fetch { key, .. } | Op::Set { key, .. } | Op::Del { key, .. } => Some(key),
+            Op::Ping { .. } => None,
+        }
+    }
+
+    fn fail(self, e: Error) {
+        match self {
+            Op::Fetch { tx, .. } | Op::Del { tx, .. } => drop(tx.send(Err(e))),
+            Op::Set { tx, .. } => drop(tx.send(Err(e))),
+            Op::Ping { .. } => {}
+        }
+    }
+}
+
+/// The live connection: its write half and the calls waiting on it.
+struct Conn<K, V> {
+    stream: TcpStream,
+    pending: VecDeque<Op<K, V>>,
+    /// When the ping in flight was sent.
+    ping_sent: Option<u64>,
+    last_ping: u64,
+}
+
+/// What the cache handle, the reader and the supervisor share.
+pub(crate) struct Shared<K, V> {
+    pub(crate) near: ExpireMap<K, V>,
+    pub(crate) clock: SystemClock,
+    pub(crate) cfg: Config,
+    /// Near copies may be served while `clock.now() <= fresh_until`.
+    fresh_until: AtomicU64,
+    link: Mutex<Option<Conn<K, V>>>,
+    closing: AtomicBool,
+    supervisor: OnceLock<Thread>,
+    /// Connections made so far (the first included).
+    pub(crate) connects: AtomicU64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn down() -> Error {
+    Error::connection(
+        io::ErrorKind::NotConnected,
+        "not connected (the cache is reconnecting)",
+    )
+}
+
+fn lost() -> Error {
+    Error::connection(
+        io::ErrorKind::ConnectionAborted,
+        "connection lost before the reply",
+    )
+}
+
+/// A handshaken connection: the stream, its parser (which may already hold
+/// bytes past the handshake's replies) and when tracking was asked for.
+pub(crate) struct Fresh {
+    stream: TcpStream,
+    parser: Parser,
+    tracking_sent: u64,
+}
+
+impl<K, V> Shared<K, V>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+    V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    pub(crate) fn new(near: ExpireMap<K, V>, cfg: Config) -> Self {
+        Shared {
+            near,
+            clock: SystemClock::new(),
+            cfg,
+            fresh_until: AtomicU64::new(0),
+            link: Mutex::new(None),
+            closing: AtomicBool::new(false),
+            supervisor: OnceLock::new(),
+            connects: AtomicU64::new(0),
+        }
+    }
+
+    /// `true` while near copies may be served: the last answered ping was
+    /// sent less than the staleness bound ago.
+    #[inline]
+    pub(crate) fn fresh(&self) -> bool {
+        self.clock.now() <= self.fresh_until.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn connected(&self) -> bool {
+        self.link().is_some()
+    }
+
+    // ---- calls ----
+
+    /// Writes `cmd`, queues the op `make` builds (given the send time and
+    /// the reply channel), and waits for the reply.
+    fn call<T>(&self, cmd: &[u8], make: impl FnOnce(u64, Reply<T>) -> Op<K, V>) -> Result<T, Error> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        {
+            let mut link = self.link();
+            let conn = link.as_mut().ok_or_else(down)?;
+            let sent = self.clock.now();
+            conn.pending.push_back(make(sent, tx));
+            if conn.stream.write_all(cmd).is_err() {
+                // The reader sees the shutdown and fails every pending op,
+                // this one included.
+                let _ = conn.stream.shutdown(Shutdown::Both);
+            }
+        }
+        rx.recv().unwrap_or_else(|_| Err(lost()))
+    }
+
+    /// The value of `key` in Redis (value and remaining TTL in one script),
+    /// leaving a near copy.
+    pub(crate) fn fetch(&self, key: &K) -> Result<Option<V>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, key)?;
+        let cmd = redis::cmd("EVAL")
+            .arg(FETCH)
+            .arg(1)
+            .arg(name)
+            .get_packed_command();
+        self.call(&cmd, |sent, tx| Op::Fetch {
+            key: key.clone(),
+            sent,
+            tx,
+        })
+    }
+
+    /// `SET name value PX ttl [NX]`; `Ok(false)` only if `NX` declined.
+    pub(crate) fn set(&self, key: K, value: V, ttl: Duration, nx: bool) -> Result<bool, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, &key)?;
+        let bytes = codec::encode_value(&value)?;
+        let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(name).arg(bytes).arg("PX").arg(ms as u64);
+        if nx {
+            cmd.arg("NX");
+        }
+        self.call(&cmd.get_packed_command(), |sent, tx| Op::Set {
+            key,
+            value,
+            ttl,
+            sent,
+            tx,
+        })
+    }
+
+    /// `GETDEL name`.
+    pub(crate) fn del(&self, key: &K) -> Result<Option<V>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, key)?;
+        let cmd = redis::cmd("GETDEL").arg(name).get_packed_command();
+        self.call(&cmd, |_, tx| Op::Del {
+            key: key.clone(),
+            tx,
+        })
+    }
+
+    // ---- the reader's side ----
+
+    /// Stores a near copy whose Redis key had `ttl` left (`None`: no
+    /// expiry) when the command was sent at `sent`.
+    fn store(&self, key: K, value: V, sent: u64, ttl: Option<Duration>) {
+        let elapsed = Duration::from_nanos(self.clock.now().saturating_sub(sent));
+        let left = match ttl {
+            Some(t) => t.saturating_sub(elapsed + SLACK),
+            None => Duration::MAX,
+        }
+        .min(self.cfg.max_near_ttl);
+        if left.is_zero() {
+            self.near.remove(&key);
+        } else {
+            self.near.put(key, value, left);
+        }
+    }
+
+    fn invalidate(&self, data: Vec<Value>) {
+        match data.into_iter().next() {
+            Some(Value::Array(names) | Value::Set(names)) => {
+                for name in names {
+                    if let Value::BulkString(name) = name {
+                        if let Some(k) = codec::key_of::<K>(&self.cfg.prefix, &name) {
+                            self.near.remove(&k);
+                        }
+                    }
+                }
+            }
+            // A null list: the server flushed its databases.
+            _ => self.near.clear(),
+        }
+    }
+
+    fn apply(&self, op: Op<K, V>, reply: Value) {
+        if let Value::ServerError(e) = reply {
+            if let Some(k) = op.key() {
+                self.near.remove(k);
+            }
+            return op.fail(Error::Server(e.to_string()));
+        }
+        match op {
+            Op::Ping { sent } => {
+                let until = sent.saturating_add(nanos(self.cfg.staleness));
+                self.fresh_until.fetch_max(until, Ordering::AcqRel);
+            }
+            Op::Fetch { key, sent, tx } => {
+                let r = self.fetched(key, sent, reply);
+                let _ = tx.send(r);
+            }
+            Op::Set {
+                key,
+                value,
+                ttl,
+                sent,
+                tx,
+            } => {
+                let r = match reply {
+                    Value::Okay => {
+                        self.store(key, value, sent, Some(ttl));
+                        Ok(true)
+                    }
+                    Value::SimpleString(s) if s == "OK" => {
+                        self.store(key, value, sent, Some(ttl));
+                        Ok(true)
+                    }
+                    Value::Nil => Ok(false),
+                    other => {
+                        self.near.remove(&key);
+                        Err(Error::Protocol(format!("SET answered {other:?}")))
+                    }
+                };
+                let _ = tx.send(r);
+            }
+            Op::Del { key, tx } => {
+                self.near.remove(&key);
+                let r = match reply {
+                    Value::Nil => Ok(None),
+                    Value::BulkString(b) => codec::decode_value(&b).map(Some).map_err(Error::from),
+                    other => Err(Error::Protocol(format!("GETDEL answered {other:?}"))),
+                };
+                let _ = tx.send(r);
+            }
+        }
+    }
+
+    fn fetched(&self, key: K, sent: u64, reply: Value) -> Result<Option<V>, Error> {
+        let bad = |what: &Value| Error::Protocol(format!("fetch script answered {what:?}"));
+        let Value::Array(items) = &reply else {
+            self.near.remove(&key);
+            return Err(bad(&reply));
+        };
+        let (value, pttl) = match items.as_slice() {
+            [v, Value::Int(pttl)] => (v, *pttl),
+            _ => {
+                self.near.remove(&key);
+                return Err(bad(&reply));
+            }
+        };
+        match value {
+            Value::BulkString(bytes) => match codec::decode_value::<V>(bytes) {
+                Ok(v) => {
+                    let ttl = match pttl {
+                        -1 => None,
+                        ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+                        // Gone between GET and PTTL cannot happen in a script;
+                        // keep no copy if it does.
+                        _ => Some(Duration::ZERO),
+                    };
+                    self.store(key, v.clone(), sent, ttl);
+                    Ok(Some(v))
+                }
+                Err(e) => {
+                    self.near.remove(&key);
+                    Err(e.into())
+                }
+            },
+            Value::Nil | Value::Boolean(false) => {
+                self.near.remove(&key);
+                Ok(None)
+            }
+            _ => {
+                self.near.remove(&key);
+                Err(bad(&reply))
+            }
+        }
+    }
+
+    /// The reader thread: applies replies and pushes until the connection
+    /// ends, then cleans up.
+    fn read_loop(self: Arc<Self>, mut stream: TcpStream, mut parser: Parser) {
+        loop {
+            let value = match parser.parse_value(&mut stream) {
+                Ok(v) => v,
+                Err(_) => break,
+            };
+            match value {
+                Value::Push {
+                    kind: PushKind::Invalidate,
+                    data,
+                } => self.invalidate(data),
+                Value::Push { .. } => {}
+                reply => {
+                    let op = {
+                        let mut link = self.link();
+                        let Some(conn) = link.as_mut() else { break };
+                        let op = conn.pending.pop_front();
+                        if let Some(Op::Ping { .. }) = op {
+                            conn.ping_sent = None;
+                        }
+                        op
+                    };
+                    match op {
+                        Some(op) => self.apply(op, reply),
+                        // A reply nobody asked for: the stream is out of step.
+                        None => break,
+                    }
+                }
+            }
+        }
+        self.fresh_until.store(0, Ordering::Release);
+        let conn = self.link().take();
+        if let Some(conn) = conn {
+            let _ = conn.stream.shutdown(Shutdown::Both);
+            for op in conn.pending {
+                op.fail(lost());
+            }
+        }
+        // Invalidations may have been missed from the moment the connection
+        // broke: no near copy survives it.
+        self.near.clear();
+        if let Some(t) = self.supervisor.get() {
+            t.unpark();
+        }
+    }
+
+    // ---- the supervisor's side ----
+
+    /// Connects and handshakes: RESP3, credentials, database, tracking.
+    pub(crate) fn connect(&self) -> Result<Fresh, Error> {
+        let cfg = &self.cfg;
+        let addrs = (cfg.host.as_str(), cfg.port)
+            .to_socket_addrs()
+            .map_err(Error::io)?;
+        let mut last = down();
+        let mut stream = None;
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Error::io(e),
+            }
+        }
+        let mut stream = stream.ok_or(last)?;
+        stream.set_nodelay(true).map_err(Error::io)?;
+        stream
+            .set_read_timeout(Some(cfg.connect_timeout))
+            .map_err(Error::io)?;
+        stream
+            .set_write_timeout(Some(cfg.staleness.max(cfg.connect_timeout)))
+            .map_err(Error::io)?;
+
+        let mut hello = redis::cmd("HELLO");
+        hello.arg(3);
+        if let Some(pass) = &cfg.password {
+            hello
+                .arg("AUTH")
+                .arg(cfg.username.as_deref().unwrap_or("default"))
+                .arg(pass);
+        }
+        let mut cmds = vec![hello];
+        let mut names = vec!["HELLO"];
+        if cfg.db != 0 {
+            cmds.push(redis::cmd("SELECT").arg(cfg.db).clone());
+            names.push("SELECT");
+        }
+        names.push("CLIENT TRACKING");
+        cmds.push(
+            redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("ON")
+                .arg("BCAST")
+                .arg("PREFIX")
+                .arg(&cfg.prefix[..])
+                .arg("NOLOOP")
+                .clone(),
+        );
+        let mut bytes = Vec::new();
+        for c in &cmds {
+            c.write_packed_command(&mut bytes);
+        }
+        let tracking_sent = self.clock.now();
+        stream.write_all(&bytes).map_err(Error::io)?;
+        let mut parser = Parser::new();
+        for name in names {
+            let reply = parser
+                .parse_value(&mut stream)
+                .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+            if let Value::ServerError(e) = reply {
+                return Err(Error::Server(format!("{name}: {e}")));
+            }
+        }
+        stream.set_read_timeout(None).map_err(Error::io)?;
+        Ok(Fresh {
+            stream,
+            parser,
+            tracking_sent,
+        })
+    }
+
+    /// Makes `fresh` the live connection and starts its reader.
+    fn install(self: &Arc<Self>, fresh: Fresh) -> Result<JoinHandle<()>, Error> {
+        let write = fresh.stream.try_clone().map_err(Error::io)?;
+        let now = self.clock.now();
+        *self.link() = Some(Conn {
+            stream: write,
+            pending: VecDeque::new(),
+            ping_sent: None,
+            last_ping: now,
+        });
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        self.fresh_until.store(
+            fresh.tracking_sent.saturating_add(nanos(self.cfg.staleness)),
+            Ordering::Release,
+        );
+        let me = Arc::clone(self);
+        let spawned = thread::Builder::new()
+            .name("expiremap-redis-reader".into())
+            .spawn(move || me.read_loop(fresh.stream, fresh.parser));
+        match spawned {
+            Ok(h) => Ok(h),
+            Err(e) => {
+                self.fresh_until.store(0, Ordering::Release);
+                *self.link() = None;
+                Err(Error::io(e))
+            }
+        }
+    }
+
+    /// Sends a ping when one is due; closes a connection whose ping went
+    /// unanswered for the staleness bound.
+    fn heartbeat(&self) {
+        let now = self.clock.now();
+        let mut link = self.link();
+        let Some(conn) = link.as_mut() else { return };
+        match conn.ping_sent {
+            Some(sent) if now.saturating_sub(sent) > nanos(self.cfg.staleness) => {
+                let _ = conn.stream.shutdown(Shutdown::Both);
+            }
+            Some(_) => {}
+            None if now.saturating_sub(conn.last_ping) >= nanos(self.cfg.ping_every()) => {
+                conn.pending.push_back(Op::Ping { sent: now });
+                conn.ping_sent = Some(now);
+                conn.last_ping = now;
+                if conn.stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
+                    let _ = conn.stream.shutdown(Shutdown::Both);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// The supervisor thread: pings, and reconnects after a loss.
+    pub(crate) fn supervise(self: Arc<Self>, first: Fresh) {
+        let _ = self.supervisor.set(thread::current());
+        let mut reader = match self.install(first) {
+            Ok(h) => Some(h),
+            Err(_) => None,
+        };
+        let mut backoff = Duration::from_millis(10);
+        while !self.closing.load(Ordering::Acquire) {
+            if self.connected() {
+                self.heartbeat();
+                thread::park_timeout(self.cfg.ping_every());
+                continue;
+            }
+            if let Some(h) = reader.take() {
+                let _ = h.join();
+            }
+            match self.connect().and_then(|f| self.install(f)) {
+                Ok(h) => {
+                    reader = Some(h);
+                    backoff = Duration::from_millis(10);
+                }
+                Err(_) => {
+                    thread::park_timeout(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        if let Some(conn) = self.link().as_ref() {
+            let _ = conn.stream.shutdown(Shutdown::Both);
+        }
+        if let Some(h) = reader.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<K, V> Shared<K, V> {
+    fn link(&self) -> MutexGuard<'_, Option<Conn<K, V>>> {
+        self.link.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stops the supervisor (which stops the reader); the caller joins it.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        if let Some(conn) = self.link().as_ref() {
+            let _ = conn.stream.shutdown(Shutdown::Both);
+        }
+        if let Some(t) = self.supervisor.get() {
+            t.unpark();
+        }
+    }
+}

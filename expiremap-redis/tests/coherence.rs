@@ -1,0 +1,188 @@
+//! Two caches on separate connections stand for two machines: what one
+//! writes, the other's near copy drops; TTLs set in Redis bound near copies;
+//! the staleness bound holds under concurrent writes.
+
+mod common;
+
+use common::{Server, eventually};
+use expiremap_redis::NearCache;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn cache(s: &Server) -> NearCache<String, u64> {
+    NearCache::builder(s.url())
+        .prefix("t:")
+        .max_entries(1000)
+        .build()
+        .expect("connect")
+}
+
+#[test]
+fn a_write_in_one_drops_the_near_copy_in_the_other() {
+    let s = Server::start();
+    let (a, b) = (cache(&s), cache(&s));
+    let k = "k".to_string();
+    assert_eq!(b.get(&k).unwrap(), None);
+    a.put(k.clone(), 1, HOUR).unwrap();
+    assert_eq!(a.peek_near(&k), Some(1)); // the writer keeps its near copy
+    assert_eq!(b.get(&k).unwrap(), Some(1));
+    assert_eq!(b.peek_near(&k), Some(1));
+
+    a.put(k.clone(), 2, HOUR).unwrap();
+    eventually("b's near copy of 1 dropped", || {
+        (b.peek_near(&k) != Some(1)).then_some(())
+    });
+    assert_eq!(b.get(&k).unwrap(), Some(2));
+    assert_eq!(a.peek_near(&k), Some(2)); // NOLOOP: a's own write kept
+
+    a.remove(&k).unwrap();
+    eventually("b's near copy of 2 dropped", || {
+        (b.peek_near(&k).is_none()).then_some(())
+    });
+    assert_eq!(b.get(&k).unwrap(), None);
+
+    // Another program's write (not a NearCache) invalidates too.
+    b.put(k.clone(), 3, HOUR).unwrap();
+    assert_eq!(a.get(&k).unwrap(), Some(3));
+    let mut raw = s.raw();
+    let _: () = redis::cmd("DEL")
+        .arg(b"t:\x01k".as_slice())
+        .query(&mut raw)
+        .unwrap();
+    eventually("both near copies dropped after a raw DEL", || {
+        (a.peek_near(&k).is_none() && b.peek_near(&k).is_none()).then_some(())
+    });
+    assert_eq!((a.get(&k).unwrap(), b.get(&k).unwrap()), (None, None));
+}
+
+#[test]
+fn a_get_after_the_bound_never_sees_the_replaced_value() {
+    // The documented bound: a get that starts more than S after a write
+    // completed never returns the value that write replaced. Checked for
+    // every read of a reader racing a writer in another "machine". Holds
+    // however slow the machine is (the bound is enforced by the reader's
+    // own clock), so this test has no timing to miss.
+    let s = Server::start();
+    let a = cache(&s);
+    let b: NearCache<String, u64> = NearCache::builder(s.url())
+        .prefix("t:")
+        .staleness_bound(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let bound = b.staleness_bound();
+    let k = "counter".to_string();
+    a.put(k.clone(), 0, HOUR).unwrap();
+    // done[i] = when the put of value i completed.
+    let done = Arc::new(Mutex::new(vec![Instant::now()]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = std::thread::scope(|sc| {
+        let writer = sc.spawn(|| {
+            for i in 1..=300u64 {
+                a.put(k.clone(), i, HOUR).unwrap();
+                done.lock().unwrap().push(Instant::now());
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            stop.store(true, Ordering::Release);
+        });
+        let mut reads = 0u64;
+        while !stop.load(Ordering::Acquire) {
+            let start = Instant::now();
+            let must_see = {
+                let d = done.lock().unwrap();
+                d.iter().rposition(|t| *t + bound < start).unwrap_or(0) as u64
+            };
+            let v = b.get(&k).unwrap().unwrap();
+            assert!(
+                v >= must_see,
+                "read {v}, but {must_see} was written more than {bound:?} before the read began"
+            );
+            reads += 1;
+        }
+        writer.join().unwrap();
+        reads
+    });
+    assert!(reads > 0);
+    assert_eq!(b.get(&k).unwrap(), Some(300));
+}
+
+#[test]
+fn redis_ttl_bounds_the_near_copy() {
+    let s = Server::start();
+    let (a, b) = (cache(&s), cache(&s));
+    let k = "short".to_string();
+    a.put(k.clone(), 7, Duration::from_millis(300)).unwrap();
+    assert!(a.near_ttl(&k).unwrap() < Duration::from_millis(300));
+    assert_eq!(b.get(&k).unwrap(), Some(7));
+    let left = b.near_ttl(&k).expect("a near copy");
+    assert!(left < Duration::from_millis(300), "near copy lives {left:?}");
+
+    // A TTL set in Redis by another program: the near copy is dropped (the
+    // EXPIRE is a write) and the next one is bounded by it.
+    let k2 = "long".to_string();
+    a.put(k2.clone(), 8, HOUR).unwrap();
+    assert_eq!(b.get(&k2).unwrap(), Some(8));
+    assert!(b.near_ttl(&k2).unwrap() > Duration::from_secs(50)); // the 60 s cap
+    let mut raw = s.raw();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(b"t:\x04long".as_slice())
+        .arg(200)
+        .query(&mut raw)
+        .unwrap();
+    eventually("b's near copy dropped by PEXPIRE", || {
+        b.peek_near(&k2).is_none().then_some(())
+    });
+    assert_eq!(b.get(&k2).unwrap(), Some(8));
+    assert!(b.near_ttl(&k2).unwrap() <= Duration::from_millis(200));
+
+    // Once Redis no longer has the key, no near copy shows it.
+    eventually("the key expired in redis", || {
+        let v: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(b"t:\x04long".as_slice())
+            .query(&mut raw)
+            .unwrap();
+        v.is_none().then_some(())
+    });
+    assert_eq!(b.peek_near(&k2), None);
+    assert_eq!(b.get(&k2).unwrap(), None);
+    assert_eq!(a.get(&k2).unwrap(), None);
+}
+
+#[test]
+fn the_cap_bounds_the_near_copy() {
+    let s = Server::start();
+    let a: NearCache<String, u64> = NearCache::builder(s.url())
+        .prefix("t:")
+        .max_near_ttl(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let k = "k".to_string();
+    a.put(k.clone(), 1, HOUR).unwrap();
+    assert!(a.near_ttl(&k).unwrap() <= Duration::from_millis(100));
+    let mut raw = s.raw();
+    let _: () = redis::cmd("SET")
+        .arg(b"t:\x01x".as_slice())
+        .arg(b"\x05".as_slice())
+        .query(&mut raw)
+        .unwrap(); // no TTL in Redis: the cap alone
+    assert_eq!(a.get(&"x".to_string()).unwrap(), Some(5));
+    assert!(a.near_ttl(&"x".to_string()).unwrap() <= Duration::from_millis(100));
+}
+
+#[test]
+fn flushall_drops_every_near_copy() {
+    let s = Server::start();
+    let (a, b) = (cache(&s), cache(&s));
+    for i in 0..10 {
+        a.put(i.to_string(), i, HOUR).unwrap();
+        assert_eq!(b.get(&i.to_string()).unwrap(), Some(i));
+    }
+    let mut raw = s.raw();
+    let _: () = redis::cmd("FLUSHALL").query(&mut raw).unwrap();
+    eventually("near copies dropped", || {
+        (a.near_len() == 0 && b.near_len() == 0).then_some(())
+    });
+    assert_eq!(b.get(&"3".to_string()).unwrap(), None);
+}

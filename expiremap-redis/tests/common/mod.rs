@@ -1,0 +1,136 @@
+//! A real `redis-server` for the tests: on a free loopback port, in its own
+//! temporary directory, without persistence, killed when the guard drops.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A generous deadline for anything that must happen "eventually": the
+/// tests assert only what holds however slow the machine is.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+fn binary() -> String {
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    match Command::new(&bin).arg("--version").output() {
+        Ok(o) if o.status.success() => bin,
+        _ => panic!(
+            "`{bin}` not found: these tests need a real Redis 7 server. \
+             Install it with `apt-get install redis-server` (Debian/Ubuntu), \
+             or set REDIS_SERVER to its path."
+        ),
+    }
+}
+
+impl Server {
+    pub fn start() -> Server {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "expiremap-redis-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut s = Server {
+            child: None,
+            port,
+            dir,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--protected-mode", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(t0.elapsed() < PATIENCE, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A plain client of our own, as another program would use Redis.
+    pub fn raw(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("a raw connection")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Kills the server (SIGKILL: no goodbye on the connections) and waits.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a fresh, empty server on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGSTOP / SIGCONT: the server stops answering but keeps its sockets.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .map(|s| s.success());
+        assert_eq!(ok.ok(), Some(true), "kill {sig}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_ref() {
+            // A stopped server would not die of SIGKILL any later, but make
+            // sure it is not left frozen.
+            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics after [`PATIENCE`].
+pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(t0.elapsed() < PATIENCE, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
