@@ -39,3 +39,28 @@ where
         f();
     }
 }
+
+/// Runs a future to completion on this thread: a minimal executor that
+/// parks the thread (loom's park under loom, std's otherwise) until the
+/// future's waker unparks it. Under loom, a lost wake-up leaves the thread
+/// parked forever, which loom reports as a deadlock.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        thread::park();
+    }
+}

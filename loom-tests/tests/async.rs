@@ -1,0 +1,170 @@
+//! loom models of the async receive's waker hand-off
+//! (`expiremap::broadcast`'s "Async receives: the waker protocol"): a
+//! publish or close racing a task going to sleep, and a receive given up
+//! while registered. A lost wake-up is a deadlock report from loom's
+//! `block_on`, or a failed assertion on a hand-made waker's flag.
+//! See `../README.md` for what each model checks and how long it takes.
+
+use expiremap::broadcast::{RecvError, Sender};
+use expiremap_loom_tests::{block_on, model, thread};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// A waker that raises a flag (std atomics: bookkeeping outside the
+/// protocol under test; the model reads it only after joining the threads).
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+fn flag() -> (Arc<Flag>, Waker) {
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    let waker = Waker::from(Arc::clone(&flag));
+    (flag, waker)
+}
+
+/// A task sleeps in `recv_async` while another thread publishes. A sender
+/// stays alive, so only the publish can wake it.
+#[test]
+fn publish_races_a_task_going_to_sleep() {
+    model(|| {
+        let tx = Sender::new(2, 1).unwrap();
+        let mut rx = tx.subscribe().unwrap();
+        let reader = thread::spawn(move || block_on(rx.recv_async()));
+        let writer = {
+            let tx = tx.clone();
+            thread::spawn(move || tx.send(7u32))
+        };
+        writer.join().unwrap();
+        assert_eq!(reader.join().unwrap(), Ok(7));
+        drop(tx);
+    });
+}
+
+/// The same race, polled by hand once: if the poll returned `Pending`, the
+/// publish (finished by the join) must have woken the waker, and the next
+/// poll gets the message. Afterwards the ring holds no clone of the waker.
+#[test]
+fn hand_polled_task_is_woken_by_the_racing_publish() {
+    model(|| {
+        let tx = Sender::new(2, 1).unwrap();
+        let mut rx = tx.subscribe().unwrap();
+        let (flag, waker) = flag();
+        let reader = thread::spawn(move || {
+            let first = rx.poll_recv(&mut Context::from_waker(&waker));
+            (first, rx, waker)
+        });
+        let writer = {
+            let tx = tx.clone();
+            thread::spawn(move || tx.send(7u32))
+        };
+        writer.join().unwrap();
+        let (first, mut rx, waker) = reader.join().unwrap();
+        match first {
+            Poll::Ready(r) => assert_eq!(r, Ok(7)),
+            Poll::Pending => {
+                assert!(flag.0.load(SeqCst), "lost wake-up");
+                let again = rx.poll_recv(&mut Context::from_waker(&waker));
+                assert_eq!(again, Poll::Ready(Ok(7)));
+            }
+        }
+        assert_eq!(Arc::strong_count(&flag), 2, "the ring kept a waker");
+        drop(tx);
+    });
+}
+
+/// The last sender leaves while a task goes to sleep: it is woken and sees
+/// the message, then `Closed`, never hangs.
+#[test]
+fn close_races_a_task_going_to_sleep() {
+    model(|| {
+        let tx = Sender::new(2, 1).unwrap();
+        let mut rx = tx.subscribe().unwrap();
+        let reader = thread::spawn(move || {
+            block_on(async {
+                let first = rx.recv_async().await;
+                (first, rx.recv_async().await)
+            })
+        });
+        tx.send(1u32);
+        drop(tx);
+        assert_eq!(reader.join().unwrap(), (Ok(1), Err(RecvError::Closed)));
+    });
+}
+
+/// Reader A polls once and drops its future (registered or not) while a
+/// publish runs; reader B sleeps in `recv_async`. B is still woken; A's
+/// dropped future left no waker in the ring, and a new receive of A gets
+/// the message it had not taken.
+#[test]
+fn a_future_dropped_while_a_publish_runs() {
+    model(|| {
+        let tx = Sender::new(2, 2).unwrap();
+        let mut a = tx.subscribe().unwrap();
+        let mut b = tx.subscribe().unwrap();
+        let (flag, waker) = flag();
+        let reader_a = thread::spawn(move || {
+            let first = {
+                let mut recv = pin!(a.recv_async());
+                recv.as_mut().poll(&mut Context::from_waker(&waker))
+            }; // dropped here, possibly registered
+            (first, a)
+        });
+        let writer = {
+            let tx = tx.clone();
+            thread::spawn(move || tx.send(1u32))
+        };
+        assert_eq!(block_on(b.recv_async()), Ok(1));
+        writer.join().unwrap();
+        let (first, mut a) = reader_a.join().unwrap();
+        match first {
+            Poll::Ready(r) => assert_eq!(r, Ok(1)),
+            Poll::Pending => assert_eq!(block_on(a.recv_async()), Ok(1), "nothing lost"),
+        }
+        assert_eq!(Arc::strong_count(&flag), 1, "no dangling waker");
+        drop(tx);
+        assert_eq!(block_on(a.recv_async()), Err(RecvError::Closed));
+    });
+}
+
+/// Reader A goes to sleep and gives its receive up while reader B goes to
+/// sleep, with nothing published yet. Afterwards the ring holds no clone of
+/// A's waker, B is still registered (A's give-up must not clear `WAITING`
+/// under B), so the publish wakes B and only B; A's new receive gets it.
+#[test]
+fn a_future_dropped_while_another_goes_to_sleep() {
+    model(|| {
+        let tx = Sender::new(2, 2).unwrap();
+        let mut a = tx.subscribe().unwrap();
+        let mut b = tx.subscribe().unwrap();
+        let (flag_a, waker_a) = flag();
+        let (flag_b, waker_b) = flag();
+        let reader_a = thread::spawn(move || {
+            {
+                let mut recv = pin!(a.recv_async());
+                let first = recv.as_mut().poll(&mut Context::from_waker(&waker_a));
+                assert!(first.is_pending());
+            } // dropped while registered
+            a
+        });
+        let reader_b = thread::spawn(move || {
+            let first = b.poll_recv(&mut Context::from_waker(&waker_b));
+            assert!(first.is_pending());
+            b
+        });
+        let mut a = reader_a.join().unwrap();
+        let mut b = reader_b.join().unwrap();
+        assert_eq!(Arc::strong_count(&flag_a), 1, "no dangling waker");
+        tx.send(1u32);
+        assert!(flag_b.0.load(SeqCst), "B, still asleep, is woken");
+        assert!(!flag_a.0.load(SeqCst), "A gave up: not woken");
+        assert_eq!(block_on(b.recv_async()), Ok(1));
+        assert_eq!(block_on(a.recv_async()), Ok(1), "nothing lost");
+    });
+}
