@@ -1,0 +1,183 @@
+//! The calls one by one: codec errors, loading, events, configuration.
+
+mod common;
+
+use common::{Server, eventually};
+use expiremap_redis::{Cause, Error, NearCache};
+use serde::{Deserialize, Serialize};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[test]
+fn structured_keys_and_values_round_trip() {
+    #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    struct User {
+        tenant: u32,
+        name: String,
+    }
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    struct Profile {
+        age: u8,
+        tags: Vec<String>,
+    }
+    let s = Server::start();
+    let a: NearCache<User, Profile> = NearCache::builder(s.url()).prefix("u:").build().unwrap();
+    let b: NearCache<User, Profile> = NearCache::builder(s.url()).prefix("u:").build().unwrap();
+    let k = User {
+        tenant: 7,
+        name: "ann".into(),
+    };
+    let v = Profile {
+        age: 30,
+        tags: vec!["x".into()],
+    };
+    a.put(k.clone(), v.clone(), HOUR).unwrap();
+    assert_eq!(b.get(&k).unwrap(), Some(v.clone()));
+    assert_eq!(b.remove(&k).unwrap(), Some(v));
+    assert_eq!(b.remove(&k).unwrap(), None);
+    eventually("a's copy dropped", || a.peek_near(&k).is_none().then_some(()));
+    assert_eq!(a.get(&k).unwrap(), None);
+}
+
+#[test]
+fn codec_errors_are_typed() {
+    let s = Server::start();
+    let strings: NearCache<String, String> =
+        NearCache::builder(s.url()).prefix("c:").build().unwrap();
+    let numbers: NearCache<String, u64> = NearCache::builder(s.url()).prefix("c:").build().unwrap();
+    strings
+        .put("k".into(), "hello".into(), HOUR)
+        .unwrap();
+    // "hello" is a length 5 and five bytes: a u64 of 5 with bytes left over.
+    match numbers.get(&"k".to_string()) {
+        Err(Error::Codec(e)) => assert!(!e.encoding && e.part == "value", "{e}"),
+        other => panic!("expected a codec error, got {other:?}"),
+    }
+    // Garbage written by another program.
+    let mut raw = s.raw();
+    let _: () = redis::cmd("SET")
+        .arg(b"c:\x01g".as_slice())
+        .arg(b"\xff\xff\xff".as_slice())
+        .query(&mut raw)
+        .unwrap();
+    let e = numbers.get(&"g".to_string()).unwrap_err();
+    assert!(matches!(e, Error::Codec(_)), "{e}");
+    assert!(std::error::Error::source(&e).is_some());
+    assert_eq!(numbers.peek_near(&"g".to_string()), None);
+
+    // A value whose Serialize fails: nothing is sent.
+    #[derive(Clone, Debug)]
+    struct Refuses;
+    impl Serialize for Refuses {
+        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("refused"))
+        }
+    }
+    impl<'de> Deserialize<'de> for Refuses {
+        fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+            Ok(Refuses)
+        }
+    }
+    let r: NearCache<String, Refuses> = NearCache::builder(s.url()).prefix("c:").build().unwrap();
+    match r.put("z".into(), Refuses, HOUR) {
+        Err(Error::Codec(e)) => assert!(e.encoding && e.part == "value", "{e}"),
+        other => panic!("expected a codec error, got {other:?}"),
+    }
+    // A server error reply is typed too: the key holds a list.
+    let _: () = redis::cmd("RPUSH")
+        .arg(b"c:\x01l".as_slice())
+        .arg(1)
+        .query(&mut raw)
+        .unwrap();
+    let e = numbers.get(&"l".to_string()).unwrap_err();
+    assert!(matches!(e, Error::Server(_)), "{e}");
+}
+
+#[test]
+fn get_or_insert_with_loads_once_per_key() {
+    let s = Server::start();
+    let a: NearCache<String, u64> = NearCache::builder(s.url()).prefix("l:").build().unwrap();
+    let calls = AtomicU32::new(0);
+    let start = Barrier::new(8);
+    std::thread::scope(|sc| {
+        for _ in 0..8 {
+            sc.spawn(|| {
+                start.wait();
+                let v = a
+                    .get_or_insert_with("k".into(), HOUR, || {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(50));
+                        42
+                    })
+                    .unwrap();
+                assert_eq!(v, 42);
+            });
+        }
+    });
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Stored in Redis: another cache finds it without loading.
+    let b: NearCache<String, u64> = NearCache::builder(s.url()).prefix("l:").build().unwrap();
+    let v = b.get_or_insert_with("k".into(), HOUR, || unreachable!()).unwrap();
+    assert_eq!(v, 42);
+
+    // A failing init: its error, nothing stored, the next caller loads.
+    #[derive(Debug, PartialEq)]
+    enum MyError {
+        Backend,
+        Cache(String),
+    }
+    impl From<Error> for MyError {
+        fn from(e: Error) -> Self {
+            MyError::Cache(e.to_string())
+        }
+    }
+    let r = a.try_get_or_insert_with("f".into(), HOUR, || Err(MyError::Backend));
+    assert_eq!(r, Err(MyError::Backend));
+    assert_eq!(a.get(&"f".to_string()).unwrap(), None);
+    let r = a.try_get_or_insert_with("f".into(), HOUR, || Ok::<_, MyError>(5));
+    assert_eq!(r, Ok(5));
+    assert_eq!(b.get(&"f".to_string()).unwrap(), Some(5));
+}
+
+#[test]
+fn subscribers_see_near_copies_leave() {
+    let s = Server::start();
+    let a: NearCache<String, u64> = NearCache::builder(s.url()).prefix("e:").build().unwrap();
+    let b: NearCache<String, u64> = NearCache::builder(s.url())
+        .prefix("e:")
+        .publish_removals(true)
+        .build()
+        .unwrap();
+    let mut events = b.subscribe().unwrap();
+    a.put("k".into(), 1, HOUR).unwrap();
+    assert_eq!(b.get(&"k".to_string()).unwrap(), Some(1));
+    a.put("k".into(), 2, HOUR).unwrap(); // invalidates b's copy
+    let e = events.recv_timeout(common::PATIENCE).unwrap();
+    assert_eq!((e.key.as_str(), e.value, e.cause), ("k", 1, Cause::Removed));
+    a.put("t".into(), 3, Duration::from_millis(20)).unwrap();
+    assert_eq!(b.get(&"t".to_string()).unwrap(), Some(3));
+    let e = events.recv_timeout(common::PATIENCE).unwrap();
+    assert_eq!((e.key.as_str(), e.value, e.cause), ("t", 3, Cause::Expired));
+}
+
+#[test]
+fn bad_settings_are_config_errors() {
+    let s = Server::start();
+    let r = NearCache::<u32, u32>::builder(s.url()).prefix("").build();
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+    let r = NearCache::<u32, u32>::builder("redis+unix:///tmp/x.sock").build();
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+    let r = NearCache::<u32, u32>::builder(s.url())
+        .staleness_bound(Duration::from_millis(1))
+        .build();
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+    let r = NearCache::<u32, u32>::builder(s.url()).max_entries(0).build();
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+    // Zero TTL: ignored, as in ExpireMap.
+    let c = NearCache::<u32, u32>::builder(s.url()).build().unwrap();
+    c.put(1, 1, Duration::ZERO).unwrap();
+    assert_eq!(c.get(&1).unwrap(), None);
+}
