@@ -21,6 +21,7 @@
 mod builder;
 mod event;
 mod evictor;
+mod iter;
 mod load;
 mod policy;
 mod shard;
@@ -51,6 +52,7 @@ pub use builder::{
     MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION,
 };
 pub use event::{Cause, Event, Subscriber};
+pub use iter::{Iter, Keys};
 
 /// When `put_slow` stores.
 enum PutIf<'a, K, V> {

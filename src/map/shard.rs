@@ -32,6 +32,8 @@ use crate::timer::{Links, Lists, NIL};
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
 
+mod iter;
+
 /// An entry taken out of a shard by [`Shard::drain`].
 pub(crate) struct Entry<K, V> {
     pub(crate) key: K,

@@ -1,0 +1,414 @@
+//! [`ExpireMap::iter`], [`ExpireMap::keys`] and [`ExpireMap::retain`].
+//!
+//! # Ground rules
+//!
+//! * Shards are visited one at a time, each in spans of [`SPAN`] slab
+//!   indices (see `shard::iter`: an entry keeps its slab index for its whole
+//!   life, so a walk over increasing indices meets an entry held throughout
+//!   exactly once, however the table grows or shifts meanwhile).
+//! * A span is read under the shard's *read* lock, with the time read under
+//!   it: the entries live then are cloned into a batch, and the lock is
+//!   released before the batch is handed out. The caller's code (a loop
+//!   body, `retain`'s `f`, `Drop` of what is handed back) never runs under
+//!   a lock. `K::clone` and `V::clone` do, as they do for `get`.
+//! * `retain` is optimistic, like `update`: it reads a span and the shard's
+//!   `version` under the read lock, runs `f` with no lock held, and removes
+//!   the entries `f` rejected under the write lock only if `version` has
+//!   not moved, i.e. no write reached the shard meanwhile. Eviction does
+//!   not raise `version`, but it only vacates nodes (a node reused by a put
+//!   raises it), so with `version` unchanged a node that still holds an
+//!   entry holds the one `f` was shown. Otherwise the rejected entries are
+//!   read again and `f` asked again, at most [`RETAIN_TRIES`] times.
+
+use super::shard::Removed;
+use super::{ExpireMap, Time};
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::iter::FusedIterator;
+
+/// Slab indices read per hold of a shard's read lock: at most this many
+/// entries are cloned under it. Small under loom and Miri, so that their
+/// small maps still take several spans.
+const SPAN: u32 = if cfg!(any(expiremap_loom, miri)) {
+    4
+} else {
+    128
+};
+
+/// Times `retain` asks `f` about the entries it rejected in one span,
+/// while writes to their shard keep moving its `version` between the read
+/// and the removal. After the last, those entries stay.
+pub(crate) const RETAIN_TRIES: usize = 8;
+
+/// The state shared by [`Iter`] and [`Keys`]: where the walk stands and
+/// the batch read from the last span, reversed (handed out by `pop`).
+struct Walk<'a, K, V, S, T> {
+    map: &'a ExpireMap<K, V, S>,
+    /// The shard being walked; `shards.len()` once done.
+    shard: usize,
+    /// The first slab index of the next span in `shard`.
+    from: u32,
+    batch: Vec<T>,
+    /// Makes a batch item from a live entry, under the read lock.
+    take: fn(&K, &V) -> T,
+}
+
+impl<'a, K, V, S, T> Walk<'a, K, V, S, T> {
+    fn new(map: &'a ExpireMap<K, V, S>, take: fn(&K, &V) -> T) -> Self {
+        Self {
+            map,
+            shard: 0,
+            from: 0,
+            batch: Vec::new(),
+            take,
+        }
+    }
+
+    fn next(&mut self) -> Option<T> {
+        let inner = &*self.map.inner;
+        loop {
+            if let Some(item) = self.batch.pop() {
+                return Some(item);
+            }
+            let lock = inner.shards.get(self.shard)?;
+            // Filled away from `self`: if a clone panics, the partial batch
+            // is dropped with the unwinding, and the span (still `from`) is
+            // read whole by the next call.
+            let mut batch = std::mem::take(&mut self.batch);
+            let take = self.take;
+            let next = {
+                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
+                guard.visit(self.from, SPAN, now, |_, k, v| batch.push(take(k, v)))
+            };
+            batch.reverse();
+            self.batch = batch;
+            match next {
+                Some(from) => self.from = from,
+                None => (self.shard, self.from) = (self.shard + 1, 0),
+            }
+        }
+    }
+}
+
+/// An iterator over clones of the live entries of an [`ExpireMap`], from
+/// [`ExpireMap::iter`]. See there for what it promises under concurrent
+/// writes.
+pub struct Iter<'a, K, V, S = ahash::RandomState> {
+    walk: Walk<'a, K, V, S, (K, V)>,
+}
+
+impl<K: Clone, V: Clone, S> Iterator for Iter<'_, K, V, S> {
+    type Item = (K, V);
+
+    fn next(&mut self) -> Option<(K, V)> {
+        self.walk.next()
+    }
+}
+
+impl<K: Clone, V: Clone, S> FusedIterator for Iter<'_, K, V, S> {}
+
+impl<K, V, S> fmt::Debug for Iter<'_, K, V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter")
+            .field("shard", &self.walk.shard)
+            .field("from", &self.walk.from)
+            .field("batched", &self.walk.batch.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An iterator over clones of the keys of the live entries of an
+/// [`ExpireMap`], from [`ExpireMap::keys`]. It makes the same promises as
+/// [`Iter`], and clones no value.
+pub struct Keys<'a, K, V, S = ahash::RandomState> {
+    walk: Walk<'a, K, V, S, K>,
+}
+
+impl<K: Clone, V, S> Iterator for Keys<'_, K, V, S> {
+    type Item = K;
+
+    fn next(&mut self) -> Option<K> {
+        self.walk.next()
+    }
+}
+
+impl<K: Clone, V, S> FusedIterator for Keys<'_, K, V, S> {}
+
+impl<K, V, S> fmt::Debug for Keys<'_, K, V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keys")
+            .field("shard", &self.walk.shard)
+            .field("from", &self.walk.from)
+            .field("batched", &self.walk.batch.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, K, V, S> IntoIterator for &'a ExpireMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    type Item = (K, V);
+    type IntoIter = Iter<'a, K, V, S>;
+
+    /// [`ExpireMap::iter`].
+    fn into_iter(self) -> Iter<'a, K, V, S> {
+        self.iter()
+    }
+}
+
+/// An entry of a span that `retain`'s `f` rejected: its slab index and
+/// its key's hash.
+struct Rejected {
+    index: u32,
+    hash: u64,
+}
+
+impl<K, V, S> ExpireMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// An iterator over `(key, value)` clones of the live entries, in no
+    /// particular order.
+    ///
+    /// It is *weakly consistent*, as the iterators of Java's
+    /// `ConcurrentHashMap` are: it never fails and never blocks writers
+    /// for long, and
+    ///
+    /// * every entry that is live and unchanged for the whole iteration
+    ///   is yielded exactly once;
+    /// * no entry is yielded that was past its deadline when it was read
+    ///   (each batch reads the time under its shard's lock);
+    /// * an entry written, removed or expiring during the iteration may
+    ///   be yielded or not, with any value it held while the iteration
+    ///   ran (then once: a key is yielded twice only if it was removed
+    ///   and put again meanwhile).
+    ///
+    /// The map is read one shard at a time, a bounded batch of entries
+    /// per hold of the shard's read lock, and no lock is held while the
+    /// caller's code runs: the loop body may use the map freely, writes to
+    /// the entries it is shown included. Like [`get`](Self::get), it
+    /// clones keys and values under the shard's read lock, so a `Clone`
+    /// should be quick (an `Arc` is).
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map = ExpireMap::<u32, &str>::builder().clock(clock.clone()).build();
+    /// map.put(1, "one", Duration::from_secs(10));
+    /// map.put(2, "two", Duration::from_secs(10));
+    /// map.put(3, "three", Duration::from_secs(1));
+    /// clock.advance(Duration::from_secs(2)); // 3 expires
+    ///
+    /// let mut seen: Vec<(u32, &str)> = map.iter().collect();
+    /// seen.sort();
+    /// assert_eq!(seen, [(1, "one"), (2, "two")]);
+    ///
+    /// // The loop body may write to the map.
+    /// for (k, v) in &map {
+    ///     map.put(k + 10, v, Duration::from_secs(10));
+    /// }
+    /// assert_eq!(map.get(&11), Some("one"));
+    /// ```
+    pub fn iter(&self) -> Iter<'_, K, V, S> {
+        Iter {
+            walk: Walk::new(self, |k, v| (k.clone(), v.clone())),
+        }
+    }
+
+    /// An iterator over clones of the keys of the live entries: the same
+    /// promises as [`iter`](Self::iter), without cloning any value.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<u32, Vec<u8>> = ExpireMap::new();
+    /// map.put(7, vec![0; 1 << 20], Duration::from_secs(60));
+    /// map.put(8, vec![], Duration::from_secs(60));
+    /// let mut keys: Vec<u32> = map.keys().collect();
+    /// keys.sort();
+    /// assert_eq!(keys, [7, 8]);
+    /// ```
+    pub fn keys(&self) -> Keys<'_, K, V, S> {
+        Keys {
+            walk: Walk::new(self, |k, _| k.clone()),
+        }
+    }
+
+    /// Removes every live entry for which `f` returns `false`. Removed
+    /// values leave by the `Removed` door (published as [`Cause::Removed`]
+    /// with [`publish_removals`](crate::Builder::publish_removals); else
+    /// dropped), after the shard lock is released.
+    ///
+    /// `f` runs with no lock held, on clones of the entries, so it may use
+    /// the map. An entry that changes between `f`'s verdict and its removal
+    /// (overwritten, removed, put again, given a new deadline) is kept:
+    /// only an entry `f` was shown as it still is leaves. One found past its
+    /// deadline by then leaves as [`Cause::Expired`]; entries expired
+    /// before `f` could see them are left to eviction, and `f` is not asked
+    /// about them. Entries put while `retain` runs may or may not be shown
+    /// to `f`, as for [`iter`](Self::iter).
+    ///
+    /// How a change is seen: each shard counts the writes to it. A batch
+    /// of entries is read with that count under the shard's read lock, and
+    /// the rejected ones are removed under the write lock only if no write
+    /// reached the shard since; otherwise `f` is asked again about what
+    /// those entries hold now. So `f` may be called more than once for an
+    /// entry (keep it free of side effects that must happen once), and,
+    /// where writes to one shard never pause, an entry `f` rejected 8
+    /// times in a row is kept. If `f` panics, the panic reaches the caller;
+    /// the entries removed before it are gone (by their doors, as above),
+    /// the others stay, and the map stays consistent and usable.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<u32, u32> = ExpireMap::new();
+    /// for i in 0..10 {
+    ///     map.put(i, i * i, Duration::from_secs(60));
+    /// }
+    /// map.retain(|_, &square| square % 2 == 0); // drop the odd squares
+    /// let mut kept: Vec<u32> = map.keys().collect();
+    /// kept.sort();
+    /// assert_eq!(kept, [0, 2, 4, 6, 8]);
+    /// ```
+    ///
+    /// [`Cause::Removed`]: crate::Cause::Removed
+    /// [`Cause::Expired`]: crate::Cause::Expired
+    pub fn retain<F>(&self, mut f: F)
+    where
+        F: FnMut(&K, &V) -> bool,
+    {
+        let inner = &*self.inner;
+        let mut batch = Vec::new();
+        for (shard, lock) in inner.shards.iter().enumerate() {
+            let mut from = Some(0);
+            while let Some(at) = from {
+                let version = {
+                    let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
+                    from = guard.visit(at, SPAN, now, |i, k, v| {
+                        batch.push((i, k.clone(), v.clone()));
+                    });
+                    guard.version
+                };
+                self.retain_span(shard, version, &mut batch, &mut f);
+            }
+        }
+    }
+
+    /// Asks `f` about the entries of one span of shard `shard`, read at
+    /// `version` into `batch` (left empty), and removes those it rejects
+    /// (see [`retain`](Self::retain)).
+    fn retain_span<F>(
+        &self,
+        shard: usize,
+        mut version: u64,
+        batch: &mut Vec<(u32, K, V)>,
+        f: &mut F,
+    ) where
+        F: FnMut(&K, &V) -> bool,
+    {
+        let inner = &*self.inner;
+        let lock = &inner.shards[shard];
+        let mut rejected: Vec<Rejected> = Vec::new();
+        for attempt in 1..=RETAIN_TRIES {
+            // Drained one at a time: if `f` panics, the rest of the batch
+            // is dropped with `batch` by the caller, outside every lock.
+            while let Some((index, key, value)) = batch.pop() {
+                if !f(&key, &value) {
+                    let hash = inner.hasher.hash_one(&key);
+                    rejected.push(Rejected { index, hash });
+                }
+            }
+            if rejected.is_empty() {
+                return;
+            }
+            let mut out: Vec<Removed<K, V>> = Vec::new();
+            let (done, now) = {
+                let (mut guard, (), now) = inner.clock.around(|| lock.write(), |_| (), Time::now);
+                if guard.version == version {
+                    for r in &rejected {
+                        if let Some(gone) = guard.take_seen(r.index, r.hash as u32, now) {
+                            inner.loads.wrote(Some(r.hash));
+                            out.push(gone);
+                        }
+                    }
+                    guard.version += u64::from(!out.is_empty());
+                    (true, now)
+                } else {
+                    (false, now)
+                }
+            };
+            for gone in out {
+                inner.leave(gone, now);
+            }
+            if done || attempt == RETAIN_TRIES {
+                // Out of tries: what `f` rejected last stays.
+                return;
+            }
+            // Written meanwhile: read what those nodes hold now.
+            let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
+            version = guard.version;
+            for r in &rejected {
+                if let Some((k, v)) = guard.live_at(r.index, now) {
+                    batch.push((r.index, k.clone(), v.clone()));
+                }
+            }
+            drop(guard);
+            rejected.clear();
+        }
+    }
+}
+
+#[cfg(all(test, not(expiremap_loom)))]
+mod tests {
+    use crate::{ExpireMap, ManualClock};
+    use std::time::Duration;
+
+    /// The map-level walk over real locks, small enough for Miri: spans
+    /// across a shard, writes from the loop body and from `f`.
+    #[test]
+    fn iter_and_retain_over_spans_with_writes_from_inside() {
+        let clock = ManualClock::new();
+        let map = ExpireMap::<u32, u32>::builder()
+            .clock(clock.clone())
+            .shards(if cfg!(miri) { 1 } else { 4 })
+            .background_eviction(false)
+            .build();
+        let n = if cfg!(miri) {
+            3 * super::SPAN + 1
+        } else {
+            1000
+        };
+        for k in 0..n {
+            map.put(k, k, Duration::from_millis(u64::from(1 + k % 3)));
+        }
+        clock.advance(Duration::from_nanos(1_000_001)); // k % 3 == 0 expire
+        let mut seen: Vec<u32> = Vec::new();
+        for (k, v) in &map {
+            assert_eq!(k, v);
+            map.put(k + n, k, Duration::from_secs(1));
+            map.remove(&(k + n));
+            seen.push(k);
+        }
+        seen.sort_unstable();
+        let want: Vec<u32> = (0..n).filter(|k| k % 3 != 0).collect();
+        assert_eq!(seen, want);
+        map.retain(|&k, _| {
+            map.get(&k);
+            k % 2 == 0
+        });
+        let mut kept: Vec<u32> = map.keys().collect();
+        kept.sort_unstable();
+        let want: Vec<u32> = want.into_iter().filter(|k| k % 2 == 0).collect();
+        assert_eq!(kept, want);
+    }
+}
