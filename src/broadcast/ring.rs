@@ -488,24 +488,24 @@ impl<T> Inner<T> {
     /// close whose RMW follows ours sees `WAITING` and takes every waker
     /// under `lock`, which it can only get after we release it.
     pub(super) fn register(&self, slot: usize, next: u64, waker: &Waker) -> bool {
+        // Cloned, and any waker it replaces dropped, outside the lock: both
+        // run the executor's code.
+        let mut fresh = Some(waker.clone());
         let mut s = self.lock.lock();
-        match &mut s.wakers[slot] {
-            Some(w) => {
-                if !w.will_wake(waker) {
-                    w.clone_from(waker);
-                }
-            }
-            empty @ None => {
-                *empty = Some(waker.clone());
-                s.registered += 1;
-            }
+        let keep = s.wakers[slot].as_ref().is_some_and(|w| w.will_wake(waker));
+        if !keep {
+            let old = std::mem::replace(&mut s.wakers[slot], fresh.take());
+            s.registered += usize::from(old.is_none());
+            fresh = old; // dropped below
         }
         if self.news(next) {
             let stale = s.take(slot);
             drop(s);
-            drop(stale); // a waker's drop is user code: outside the lock
+            drop((stale, fresh));
             return false;
         }
+        drop(s);
+        drop(fresh);
         true
     }
 
