@@ -97,6 +97,12 @@
 //! the map is dropped, subscribers drain what is left and see
 //! [`RecvError::Closed`].
 //!
+//! [`Subscriber::recv_async`] waits for the next event without blocking a
+//! thread, on any executor: the task's waker is registered in the ring and
+//! the next publish wakes it (the library has no runtime). With the cargo
+//! feature `stream`, a `Subscriber` is also a `futures_core::Stream` of
+//! `Result<Event, Lagged>` that ends at `Closed`.
+//!
 //! ```
 //! use expiremap::{ExpireMap, ManualClock, TryRecvError};
 //! use std::time::Duration;
