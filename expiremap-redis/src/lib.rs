@@ -249,9 +249,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         if let Some(n) = self.max_entries {
             near = near.max_entries(n);
         }
-        let near = near
-            .try_build()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let near = near.try_build().map_err(|e| Error::Config(e.to_string()))?;
         let shared = Arc::new(Shared::new(near, cfg));
         let first = shared.connect()?;
         let me = Arc::clone(&shared);

@@ -235,7 +235,11 @@ where
 
     /// Writes `cmd`, queues the op `make` builds (given the send time and
     /// the reply channel), and waits for the reply.
-    fn call<T>(&self, cmd: &[u8], make: impl FnOnce(u64, Reply<T>) -> Op<K, V>) -> Result<T, Error> {
+    fn call<T>(
+        &self,
+        cmd: &[u8],
+        make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
+    ) -> Result<T, Error> {
         let (tx, rx) = mpsc::sync_channel(1);
         {
             let mut link = self.link();
@@ -318,10 +322,10 @@ where
         match data.into_iter().next() {
             Some(Value::Array(names) | Value::Set(names)) => {
                 for name in names {
-                    if let Value::BulkString(name) = name {
-                        if let Some(k) = codec::key_of::<K>(&self.cfg.prefix, &name) {
-                            self.near.remove(&k);
-                        }
+                    if let Value::BulkString(name) = name
+                        && let Some(k) = codec::key_of::<K>(&self.cfg.prefix, &name)
+                    {
+                        self.near.remove(&k);
                     }
                 }
             }
@@ -560,7 +564,9 @@ where
         });
         self.connects.fetch_add(1, Ordering::Relaxed);
         self.fresh_until.store(
-            fresh.tracking_sent.saturating_add(nanos(self.cfg.staleness)),
+            fresh
+                .tracking_sent
+                .saturating_add(nanos(self.cfg.staleness)),
             Ordering::Release,
         );
         let me = Arc::clone(self);
@@ -603,10 +609,7 @@ where
     /// The supervisor thread: pings, and reconnects after a loss.
     pub(crate) fn supervise(self: Arc<Self>, first: Fresh) {
         let _ = self.supervisor.set(thread::current());
-        let mut reader = match self.install(first) {
-            Ok(h) => Some(h),
-            Err(_) => None,
-        };
+        let mut reader = self.install(first).ok();
         let mut backoff = Duration::from_millis(10);
         while !self.closing.load(Ordering::Acquire) {
             if self.connected() {

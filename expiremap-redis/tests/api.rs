@@ -38,7 +38,9 @@ fn structured_keys_and_values_round_trip() {
     assert_eq!(b.get(&k).unwrap(), Some(v.clone()));
     assert_eq!(b.remove(&k).unwrap(), Some(v));
     assert_eq!(b.remove(&k).unwrap(), None);
-    eventually("a's copy dropped", || a.peek_near(&k).is_none().then_some(()));
+    eventually("a's copy dropped", || {
+        a.peek_near(&k).is_none().then_some(())
+    });
     assert_eq!(a.get(&k).unwrap(), None);
 }
 
@@ -48,9 +50,7 @@ fn codec_errors_are_typed() {
     let strings: NearCache<String, String> =
         NearCache::builder(s.url()).prefix("c:").build().unwrap();
     let numbers: NearCache<String, u64> = NearCache::builder(s.url()).prefix("c:").build().unwrap();
-    strings
-        .put("k".into(), "hello".into(), HOUR)
-        .unwrap();
+    strings.put("k".into(), "hello".into(), HOUR).unwrap();
     // "hello" is a length 5 and five bytes: a u64 of 5 with bytes left over.
     match numbers.get(&"k".to_string()) {
         Err(Error::Codec(e)) => assert!(!e.encoding && e.part == "value", "{e}"),
@@ -120,7 +120,9 @@ fn get_or_insert_with_loads_once_per_key() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // Stored in Redis: another cache finds it without loading.
     let b: NearCache<String, u64> = NearCache::builder(s.url()).prefix("l:").build().unwrap();
-    let v = b.get_or_insert_with("k".into(), HOUR, || unreachable!()).unwrap();
+    let v = b
+        .get_or_insert_with("k".into(), HOUR, || unreachable!())
+        .unwrap();
     assert_eq!(v, 42);
 
     // A failing init: its error, nothing stored, the next caller loads.
@@ -174,7 +176,9 @@ fn bad_settings_are_config_errors() {
         .staleness_bound(Duration::from_millis(1))
         .build();
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
-    let r = NearCache::<u32, u32>::builder(s.url()).max_entries(0).build();
+    let r = NearCache::<u32, u32>::builder(s.url())
+        .max_entries(0)
+        .build();
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     // Zero TTL: ignored, as in ExpireMap.
     let c = NearCache::<u32, u32>::builder(s.url()).build().unwrap();

@@ -117,7 +117,10 @@ fn redis_ttl_bounds_the_near_copy() {
     assert!(a.near_ttl(&k).unwrap() < Duration::from_millis(300));
     assert_eq!(b.get(&k).unwrap(), Some(7));
     let left = b.near_ttl(&k).expect("a near copy");
-    assert!(left < Duration::from_millis(300), "near copy lives {left:?}");
+    assert!(
+        left < Duration::from_millis(300),
+        "near copy lives {left:?}"
+    );
 
     // A TTL set in Redis by another program: the near copy is dropped (the
     // EXPIRE is a write) and the next one is bounded by it.

@@ -116,7 +116,9 @@ impl Drop for Server {
         if let Some(c) = self.child.as_ref() {
             // A stopped server would not die of SIGKILL any later, but make
             // sure it is not left frozen.
-            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
         }
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
