@@ -472,3 +472,125 @@ fn update_keeps_the_deadline_and_sees_expiry() {
     assert_eq!(map.update(1, |_| Update::Remove), None);
     assert_eq!(map.len(), 0);
 }
+
+#[test]
+fn replace_only_over_a_live_entry() {
+    let (map, clock) = manual::<String, u32>();
+    let mut sub = map.subscribe().unwrap();
+    assert_eq!(map.replace("a", 1, MS), None, "absent");
+    assert_eq!(map.get("a"), None);
+    map.put("a".into(), 1, MS);
+    assert_eq!(map.replace("a", 2, 5 * MS), Some(1));
+    assert_eq!(map.ttl("a"), Some(5 * MS), "the new TTL");
+    assert_eq!(map.replace("a", 3, Duration::ZERO), None, "zero TTL");
+    assert_eq!(map.get("a"), Some(2));
+    clock.advance(5 * MS + Duration::from_nanos(1));
+    assert_eq!(map.replace("a", 4, MS), None, "expired counts as absent");
+    assert_eq!(map.get("a"), None);
+    clock.advance(2 * MS); // its timer's tick
+    map.evict_expired();
+    let e = sub.try_recv().unwrap();
+    assert_eq!(
+        (e.value, e.cause),
+        (2, Cause::Expired),
+        "the replaced value expired"
+    );
+    assert!(
+        sub.try_recv().is_err(),
+        "4 was never stored: {:?}",
+        sub.try_recv()
+    );
+}
+
+/// Idle expiry at the exact boundary: visible at `last access + d`, gone
+/// 1 ns later; `ttl` and `contains_key` are not accesses, `get`,
+/// `get_with_ttl` and writes are; the write deadline still bounds it.
+#[test]
+fn idle_expiry_at_the_exact_boundary() {
+    let clock = ManualClock::new();
+    let map = ExpireMap::<u32, u32>::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .time_to_idle(10 * MS)
+        .build();
+    let mut sub = map.subscribe().unwrap();
+    let ns = Duration::from_nanos(1);
+    map.put(1, 1, 25 * MS);
+    assert_eq!(map.ttl(&1), Some(10 * MS), "min(write, access + idle)");
+    clock.advance(9 * MS);
+    assert_eq!(map.ttl(&1), Some(MS), "ttl is not an access");
+    assert!(map.contains_key(&1), "nor is contains_key");
+    clock.advance(MS);
+    assert_eq!(
+        map.get(&1),
+        Some(1),
+        "at last access + d: live (and accessed)"
+    );
+    clock.advance(10 * MS);
+    assert_eq!(
+        map.get_with_ttl(&1),
+        Some((1, 5 * MS)),
+        "accessed at 10 ms, read at 20 ms: the write deadline (25 ms) binds"
+    );
+    clock.advance(5 * MS);
+    assert_eq!(map.get(&1), Some(1), "at the write deadline");
+    clock.advance(ns);
+    assert_eq!(map.get(&1), None, "1 ns past the write deadline");
+
+    map.put(2, 2, 60 * MS); // at 25 ms + 1 ns
+    clock.advance(10 * MS);
+    assert_eq!(map.get(&2), Some(2), "idle exactly d");
+    clock.advance(10 * MS);
+    assert_eq!(map.ttl(&2), Some(Duration::ZERO));
+    clock.advance(ns);
+    assert_eq!(map.get(&2), None, "idle d + 1 ns");
+    assert_eq!(map.get_with_ttl(&2), None);
+    assert!(!map.contains_key(&2));
+    assert!(!map.expire(&2, MS, ExpireIf::Always), "gone for expire too");
+    clock.advance(2 * MS); // the timers' ticks
+    assert_eq!(map.evict_expired(), 2);
+    let mut got: Vec<_> = std::iter::from_fn(|| sub.try_recv().ok())
+        .map(|e| (e.key, e.cause, e.removed_at() > e.deadline()))
+        .collect();
+    got.sort_unstable_by_key(|g| g.0);
+    assert_eq!(got, [(1, Cause::Expired, true), (2, Cause::Expired, true)]);
+}
+
+/// The eviction pass finds an entry read since its timer was set: it
+/// moves the timer instead of evicting, and evicts at the new deadline.
+#[test]
+fn eviction_moves_the_timer_of_an_entry_read_since() {
+    let clock = ManualClock::new();
+    let map = ExpireMap::<u32, u32>::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .time_to_idle(10 * MS)
+        .build();
+    map.put(1, 1, Duration::from_secs(60));
+    for _ in 0..20 {
+        clock.advance(8 * MS);
+        assert_eq!(map.get(&1), Some(1));
+        assert_eq!(map.evict_expired(), 0, "read within d: not evicted");
+        assert_eq!(map.len(), 1);
+    }
+    let next = map.next_expiry().expect("a timer is set");
+    assert!(
+        next <= 10 * MS + 2 * MS,
+        "the timer moved with the reads: {next:?}"
+    );
+    clock.advance(10 * MS + Duration::from_nanos(1));
+    assert_eq!(map.get(&1), None);
+    clock.advance(2 * MS); // the timer's tick
+    assert_eq!(map.evict_expired(), 1);
+    assert!(map.is_empty());
+}
+
+#[test]
+fn a_zero_time_to_idle_is_rejected() {
+    let r = ExpireMap::<u32, u32>::builder()
+        .time_to_idle(Duration::ZERO)
+        .try_build();
+    let e = r.unwrap_err();
+    assert_eq!(e, BuildError::TimeToIdle(Duration::ZERO));
+    assert!(e.to_string().contains("time_to_idle"), "{e}");
+}

@@ -28,7 +28,19 @@ const SHIFT: u32 = 19;
 #[derive(Clone, Copy, Debug)]
 struct Model {
     value: u64,
+    /// The deadline the last write set.
     deadline: u64,
+    /// The last access (write or reading hit), and the time to idle
+    /// (`u64::MAX`: none).
+    access: u64,
+    idle: u64,
+}
+
+impl Model {
+    /// The effective deadline: live while `t <= until()`.
+    fn until(&self) -> u64 {
+        self.deadline.min(self.access.saturating_add(self.idle))
+    }
 }
 
 /// Whether eviction at `now` takes an entry with `deadline`: its timer tick,
@@ -46,9 +58,16 @@ fn store(
     model: &mut HashMap<u64, Model>,
     events: &mut Vec<(u64, u64, Cause)>,
     (key, value, deadline, t): (u64, u64, u64, u64),
+    idle: u64,
 ) {
-    if let Some(old) = model.insert(key, Model { value, deadline }) {
-        let cause = if t <= old.deadline {
+    let new = Model {
+        value,
+        deadline,
+        access: t,
+        idle,
+    };
+    if let Some(old) = model.insert(key, new) {
+        let cause = if t <= old.until() {
             Cause::Replaced
         } else {
             Cause::Expired
@@ -61,7 +80,7 @@ fn store(
 /// any, leaves as `Removed` if it was live, else as `Expired`.
 fn remove(model: &mut HashMap<u64, Model>, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: u64) {
     if let Some(old) = model.remove(&key) {
-        let cause = if t <= old.deadline {
+        let cause = if t <= old.until() {
             Cause::Removed
         } else {
             Cause::Expired
@@ -89,7 +108,7 @@ fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
 }
 
 fn single_threaded(seed: u64, ops: usize) {
-    single_threaded_with(seed, ops, ahash::RandomState::new(), 0, 40, 0, None);
+    single_threaded_with(seed, ops, ahash::RandomState::new(), 0, 40, 0, None, None);
 }
 
 /// A hasher whose hashes share few values in their low 32 bits (the bits a
@@ -146,6 +165,8 @@ impl std::hash::Hasher for CollidingHasher {
 /// by `Size`, or by `Expired` if past its deadline; a refused new value
 /// leaves by `Size`), and checks everything else exactly, and `len()`
 /// against the bound after every operation.
+// Each argument is one axis the runs below vary.
+#[allow(clippy::too_many_arguments)]
 fn single_threaded_with<S>(
     seed: u64,
     ops: usize,
@@ -154,6 +175,7 @@ fn single_threaded_with<S>(
     spread: u32,
     evictors: usize,
     bound: Option<u64>,
+    idle: Option<u64>,
 ) where
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
@@ -175,6 +197,10 @@ fn single_threaded_with<S>(
     if let Some(n) = bound {
         builder = builder.max_entries(n);
     }
+    if let Some(d) = idle {
+        builder = builder.time_to_idle(Duration::from_nanos(d));
+    }
+    let idle = idle.unwrap_or(u64::MAX);
     let map = Arc::new(builder.build());
     let mut sub = map.subscribe().unwrap();
     let racers = Racers::spawn(&map, evictors);
@@ -189,7 +215,13 @@ fn single_threaded_with<S>(
         let ctx = format!("seed {seed} step {step}");
         let key = rng.below(keys);
         let t = now();
-        let live = model.get(&key).filter(|m| t <= m.deadline).copied();
+        let live = model.get(&key).filter(|m| t <= m.until()).copied();
+        // A read that counts as an access: the model's entry was read at `t`.
+        let accessed = |model: &mut HashMap<u64, Model>| {
+            if let Some(m) = model.get_mut(&key).filter(|m| t <= m.until()) {
+                m.access = t;
+            }
+        };
         let ttl = match rng.below(40) {
             0 => Duration::ZERO,
             1 => Duration::MAX,
@@ -206,7 +238,12 @@ fn single_threaded_with<S>(
                 assert_eq!(r, live.map(|m| m.value), "{ctx}: put_if_absent");
                 if live.is_none() && !ttl.is_zero() {
                     let deadline = t.saturating_add(ttl_ns);
-                    store(&mut model, &mut expected_events, (key, serial, deadline, t));
+                    store(
+                        &mut model,
+                        &mut expected_events,
+                        (key, serial, deadline, t),
+                        idle,
+                    );
                 }
             }
             5..=29 => {
@@ -217,10 +254,18 @@ fn single_threaded_with<S>(
                 } else {
                     assert_eq!(r, live.map(|m| m.value), "{ctx}: put");
                     let deadline = t.saturating_add(ttl_ns);
-                    store(&mut model, &mut expected_events, (key, serial, deadline, t));
+                    store(
+                        &mut model,
+                        &mut expected_events,
+                        (key, serial, deadline, t),
+                        idle,
+                    );
                 }
             }
-            30..=44 => assert_eq!(map.get(&key), live.map(|m| m.value), "{ctx}: get"),
+            30..=44 => {
+                assert_eq!(map.get(&key), live.map(|m| m.value), "{ctx}: get");
+                accessed(&mut model);
+            }
             45..=49 => {
                 // get_or_insert_with: a hit returns the live value and runs
                 // no init; a miss loads, and stores unless the TTL is zero.
@@ -231,6 +276,7 @@ fn single_threaded_with<S>(
                     serial
                 });
                 assert_eq!(ran, live.is_none(), "{ctx}: init ran on a hit");
+                accessed(&mut model);
                 assert_eq!(
                     r,
                     live.map_or(serial, |m| m.value),
@@ -238,17 +284,47 @@ fn single_threaded_with<S>(
                 );
                 if live.is_none() && !ttl.is_zero() {
                     let deadline = t.saturating_add(ttl_ns);
-                    store(&mut model, &mut expected_events, (key, serial, deadline, t));
+                    store(
+                        &mut model,
+                        &mut expected_events,
+                        (key, serial, deadline, t),
+                        idle,
+                    );
                 }
             }
-            50..=54 => assert_eq!(
-                map.get_with_ttl(&key),
-                live.map(|m| (m.value, Duration::from_nanos(m.deadline - t))),
-                "{ctx}: get_with_ttl"
-            ),
+            50..=52 => {
+                // An access: the time left counts from this read.
+                accessed(&mut model);
+                let now_live = model.get(&key).filter(|m| t <= m.until());
+                assert_eq!(
+                    map.get_with_ttl(&key),
+                    now_live.map(|m| (m.value, Duration::from_nanos(m.until() - t))),
+                    "{ctx}: get_with_ttl"
+                );
+            }
+            53..=54 => {
+                // replace: only over a live entry; the old value is
+                // returned (and published as `Replaced`).
+                serial += 1;
+                let r = map.replace(&key, serial, ttl);
+                if ttl.is_zero() {
+                    assert_eq!(r, None, "{ctx}: zero-ttl replace");
+                } else {
+                    assert_eq!(r, live.map(|m| m.value), "{ctx}: replace");
+                    if live.is_some() {
+                        let deadline = t.saturating_add(ttl_ns);
+                        store(
+                            &mut model,
+                            &mut expected_events,
+                            (key, serial, deadline, t),
+                            idle,
+                        );
+                    }
+                }
+            }
             55..=59 => assert_eq!(
                 map.ttl(&key),
-                live.map(|m| Duration::from_nanos(m.deadline - t)),
+                live.map(|m| Duration::from_nanos(m.until() - t)),
                 "{ctx}: ttl"
             ),
             60..=61 => assert_eq!(
@@ -271,7 +347,7 @@ fn single_threaded_with<S>(
                         _ => Update::SetKeepTtl(serial),
                     }
                 });
-                let want_shown = live.map(|m| (m.value, Duration::from_nanos(m.deadline - t)));
+                let want_shown = live.map(|m| (m.value, Duration::from_nanos(m.until() - t)));
                 assert_eq!(shown, Some(want_shown), "{ctx}: update showed");
                 let (want, new) = match (choice, live) {
                     (0, l) => (l.map(|m| m.value), None),
@@ -284,7 +360,12 @@ fn single_threaded_with<S>(
                 assert_eq!(r, want, "{ctx}: update");
                 match (choice, new) {
                     (_, Some(deadline)) => {
-                        store(&mut model, &mut expected_events, (key, serial, deadline, t));
+                        store(
+                            &mut model,
+                            &mut expected_events,
+                            (key, serial, deadline, t),
+                            idle,
+                        );
                     }
                     (1, _) => remove(&mut model, &mut expected_events, key, t),
                     _ => {}
@@ -303,11 +384,11 @@ fn single_threaded_with<S>(
                     1 => (map.expire(&key, ttl, ExpireIf::Always), true),
                     2 => (
                         map.expire(&key, ttl, ExpireIf::Later),
-                        live.is_some_and(|m| new > m.deadline),
+                        live.is_some_and(|m| new > m.until()),
                     ),
                     _ => (
                         map.expire(&key, ttl, ExpireIf::Earlier),
-                        live.is_some_and(|m| new < m.deadline),
+                        live.is_some_and(|m| new < m.until()),
                     ),
                 };
                 let should = live.is_some() && !ttl.is_zero() && holds;
@@ -327,7 +408,7 @@ fn single_threaded_with<S>(
                         let d = model
                             .values()
                             .nth(rng.below(model.len() as u64 + 1) as usize);
-                        d.map_or(0, |m| m.deadline.saturating_sub(t) + rng.below(2))
+                        d.map_or(0, |m| m.until().saturating_sub(t) + rng.below(2))
                             .min(1 << 40)
                     }
                     _ => rng.below(20 * P),
@@ -337,7 +418,7 @@ fn single_threaded_with<S>(
             90..=96 => {
                 let due: Vec<u64> = model
                     .iter()
-                    .filter(|(_, m)| evictable(m.deadline, t))
+                    .filter(|(_, m)| evictable(m.until(), t))
                     .map(|(&k, _)| k)
                     .collect();
                 let n = map.evict_expired();
@@ -368,9 +449,9 @@ fn single_threaded_with<S>(
                 // tick; `None` only when nothing held will ever expire.
                 let first = model
                     .values()
-                    .filter(|m| m.deadline < u64::MAX)
+                    .filter(|m| m.until() < u64::MAX)
                     .map(|m| {
-                        let tick = (m.deadline >> SHIFT) + 1;
+                        let tick = (m.until() >> SHIFT) + 1;
                         if tick > u64::MAX >> SHIFT {
                             u64::MAX
                         } else {
@@ -402,7 +483,7 @@ fn single_threaded_with<S>(
                             (
                                 k,
                                 m.value,
-                                if t <= m.deadline {
+                                if t <= m.until() {
                                     Cause::Removed
                                 } else {
                                     Cause::Expired
@@ -422,7 +503,7 @@ fn single_threaded_with<S>(
             }
             _ if racing => {
                 // Held: at least the live entries, at most the model's.
-                let live = model.values().filter(|m| t <= m.deadline).count();
+                let live = model.values().filter(|m| t <= m.until()).count();
                 let len = map.len();
                 assert!(live <= len && len <= model.len(), "{ctx}: len {len}");
             }
@@ -444,8 +525,8 @@ fn single_threaded_with<S>(
                     .unwrap_or_else(|| panic!("{ctx}: {k} left twice"));
                 assert_eq!(m.value, v, "{ctx}: key {k}");
                 match cause {
-                    Cause::Expired => assert!(t > m.deadline, "{ctx}: {k} not expired"),
-                    Cause::Size => assert!(t <= m.deadline, "{ctx}: {k} expired, left as Size"),
+                    Cause::Expired => assert!(t > m.until(), "{ctx}: {k} not expired"),
+                    Cause::Size => assert!(t <= m.until(), "{ctx}: {k} expired, left as Size"),
                     c => panic!("{ctx}: {k} left by {c:?}"),
                 }
             }
@@ -475,7 +556,7 @@ fn single_threaded_with<S>(
             (
                 k,
                 m.value,
-                if t <= m.deadline {
+                if t <= m.until() {
                     Cause::Shutdown
                 } else {
                     Cause::Expired
@@ -540,6 +621,7 @@ fn shadow_single_threaded_colliding_hashes() {
             40,
             0,
             None,
+            None,
         );
     }
 }
@@ -560,6 +642,7 @@ fn shadow_single_threaded_at_the_end_of_time() {
             u64::MAX - (1 << spread) - (1 << 30),
             spread,
             0,
+            None,
             None,
         );
     }
@@ -585,6 +668,7 @@ fn shadow_single_threaded_with_racing_evictors() {
             spread,
             2,
             None,
+            None,
         );
     }
 }
@@ -603,6 +687,53 @@ fn shadow_single_threaded_bounded() {
             40,
             0,
             Some(bound),
+            None,
+        );
+    }
+}
+
+/// The exact model with `time_to_idle`: every read that counts as an
+/// access moves the model's effective deadline, and reads, eviction and
+/// every door follow `min(write deadline, last access + idle)`. Idle times
+/// from 1 ns to 60 ms, unbounded and bounded, at the end of time, and with
+/// racing evictors (whose timers must move, not evict, entries read since).
+#[test]
+fn shadow_single_threaded_idle() {
+    let base = seed(0x1D1E);
+    let idle = |i: u64| [1, 700, 3 * P, 20 * P, 60 * P][i as usize % 5];
+    for i in 0..5u64 {
+        let bound = (i % 2 == 1).then_some(7 + 20 * i);
+        single_threaded_with(
+            base.wrapping_add(i),
+            scaled(60_000),
+            ahash::RandomState::new(),
+            0,
+            40,
+            0,
+            bound,
+            Some(idle(i)),
+        );
+    }
+    single_threaded_with(
+        base.wrapping_add(10),
+        scaled(40_000),
+        ahash::RandomState::new(),
+        u64::MAX - (1 << 33) - (1 << 30),
+        33,
+        0,
+        None,
+        Some(idle(3)),
+    );
+    for i in 0..2u64 {
+        single_threaded_with(
+            base.wrapping_add(20 + i),
+            scaled(60_000),
+            ahash::RandomState::new(),
+            0,
+            40,
+            2,
+            None,
+            Some(idle(2 + i)),
         );
     }
 }
@@ -690,17 +821,27 @@ impl Drop for Tracked {
 
 #[test]
 fn conservation_every_value_leaves_by_exactly_one_door() {
-    conservation(None);
+    conservation(None, false, None);
+}
+
+/// The same with `get_or_insert_with` and failing `try_get_or_insert_with`
+/// loads racing the puts and removes of 4 threads over 40 keys: a loaded
+/// value is stored at most once (and only if no write touched its key),
+/// every put's exactly once. Once without and once with idle expiry.
+#[test]
+fn conservation_with_loads_racing_puts_and_removes() {
+    conservation(None, true, None);
+    conservation(Some(16), true, Some(Duration::from_micros(700)));
 }
 
 /// The same with `max_entries(64)` over 500 keys: `Size` is a door too, and
 /// `len()` stays within the bound whenever it is read.
 #[test]
 fn conservation_with_a_bound() {
-    conservation(Some(64));
+    conservation(Some(64), false, None);
 }
 
-fn conservation(bound: Option<u64>) {
+fn conservation(bound: Option<u64>, loads: bool, idle: Option<Duration>) {
     let live = Arc::new(AtomicI64::new(0));
     let clock = ManualClock::new();
     let mut builder = ExpireMap::<u64, Tracked>::builder()
@@ -710,21 +851,47 @@ fn conservation(bound: Option<u64>) {
     if let Some(n) = bound {
         builder = builder.max_entries(n);
     }
+    if let Some(d) = idle {
+        builder = builder.time_to_idle(d);
+    }
     let map = Arc::new(builder.build());
     let mut sub = map.subscribe().unwrap();
     let next_id = Arc::new(AtomicU64::new(0));
+    // Ids made by a load's `init`: stored at most once.
+    let loaded = Arc::new(Mutex::new(HashSet::new()));
+    let keys = if loads { 40 } else { 500 };
     let returned = Arc::new(Mutex::new(Vec::new()));
     let threads = 4;
     let ops = scaled(50_000) as u64;
     let workers: Vec<_> = (0..threads)
         .map(|t| {
-            let (map, live, next_id, returned) =
-                (map.clone(), live.clone(), next_id.clone(), returned.clone());
+            let (map, live, next_id, returned, loaded) = (
+                map.clone(),
+                live.clone(),
+                next_id.clone(),
+                returned.clone(),
+                loaded.clone(),
+            );
             std::thread::spawn(move || {
                 let mut rng = Rng(seed(99) + t);
                 let mut mine = Vec::new();
+                let mut my_loads = Vec::new();
                 for _ in 0..ops {
-                    let key = rng.below(500);
+                    let key = rng.below(keys);
+                    if loads && rng.below(3) == 0 {
+                        let ttl = Duration::from_micros(1 + rng.below(3_000));
+                        let fail = rng.below(4) == 0;
+                        let r = map.try_get_or_insert_with(key, ttl, || {
+                            if fail {
+                                return Err(());
+                            }
+                            let id = next_id.fetch_add(1, Ordering::SeqCst);
+                            my_loads.push(id);
+                            Ok(Tracked::new(id, &live))
+                        });
+                        assert!(r.is_ok() || fail, "only a failing init fails");
+                        continue;
+                    }
                     if rng.below(3) == 0 {
                         if let Some(v) = map.remove(&key) {
                             mine.push(v.id);
@@ -744,6 +911,7 @@ fn conservation(bound: Option<u64>) {
                     }
                 }
                 returned.lock().unwrap().extend(mine);
+                loaded.lock().unwrap().extend(my_loads);
             })
         })
         .collect();
@@ -825,10 +993,13 @@ fn conservation(bound: Option<u64>) {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), total, "some value left by two doors");
-    let put = next_id.load(Ordering::SeqCst) as usize;
+    let loaded = Arc::try_unwrap(loaded).unwrap().into_inner().unwrap();
+    let stored_loads = all.iter().filter(|id| loaded.contains(id)).count();
+    assert_eq!(loads, stored_loads > 0, "loaded values stored");
+    let made = next_id.load(Ordering::SeqCst) as usize;
     assert_eq!(
-        total + ignored,
-        put,
+        total - stored_loads + ignored + loaded.len(),
+        made,
         "every value put is accounted for exactly once"
     );
     assert!(

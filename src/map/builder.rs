@@ -54,6 +54,8 @@ pub enum BuildError {
     WeigherWithoutMaxWeight,
     /// `max_entries` and `max_weight` were both given.
     TwoBounds,
+    /// `time_to_idle` must be above zero.
+    TimeToIdle(Duration),
     /// The eviction thread could not be spawned.
     Spawn(String),
 }
@@ -94,6 +96,9 @@ impl fmt::Display for BuildError {
                 "invalid max_entries with max_weight: choose one (without a weigher every \
                  entry weighs 1, so max_weight alone counts entries)"
             ),
+            Self::TimeToIdle(d) => {
+                write!(f, "invalid time_to_idle: {d:?} (must be above zero)")
+            }
             Self::Spawn(e) => write!(f, "could not spawn the eviction thread: {e}"),
         }
     }
@@ -114,6 +119,8 @@ pub(crate) struct Config {
     pub(crate) background_eviction: bool,
     /// The capacity bound (entries, or weight units), if any.
     pub(crate) bound: Option<u64>,
+    /// The time to idle in ns, if any.
+    pub(crate) idle: Option<u64>,
 }
 
 /// Weighs an entry for [`Builder::max_weight`]; runs outside every lock.
@@ -152,6 +159,7 @@ pub struct Builder<K, V, S = ahash::RandomState> {
     background_eviction: bool,
     max_entries: Option<u64>,
     max_weight: Option<u64>,
+    idle: Option<Duration>,
     weigher: Option<Weigher<K, V>>,
     _marker: PhantomData<fn(K, V)>,
 }
@@ -171,6 +179,7 @@ impl<K, V> Builder<K, V> {
             background_eviction: true,
             max_entries: None,
             max_weight: None,
+            idle: None,
             weigher: None,
             _marker: PhantomData,
         }
@@ -223,6 +232,7 @@ impl<K, V, S> Builder<K, V, S> {
             background_eviction: self.background_eviction,
             max_entries: self.max_entries,
             max_weight: self.max_weight,
+            idle: self.idle,
             weigher: self.weigher,
             _marker: PhantomData,
         }
@@ -329,6 +339,39 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
+    /// Entries also expire `d` after their last access: a write, or a read
+    /// by `get`, `get_with_ttl` or a loading hit (`ttl`, `contains_key`,
+    /// `expire` and the read of `update` are not accesses). Reads stay
+    /// exact against the effective deadline `min(write deadline, last
+    /// access + d)`, which `ttl` reports, and an idle entry leaves as
+    /// [`Cause::Expired`](crate::Cause::Expired). A read records its access
+    /// under the shard's read lock (an atomic maximum), and the eviction
+    /// thread moves the timer of an entry read since it was set instead of
+    /// evicting it. It costs 16 bytes per entry. A zero `d` is rejected;
+    /// one too large to represent saturates.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map = ExpireMap::<&str, u32>::builder()
+    ///     .clock(clock.clone())
+    ///     .time_to_idle(Duration::from_secs(10))
+    ///     .build();
+    /// map.put("a", 1, Duration::from_secs(60));
+    /// clock.advance(Duration::from_secs(8));
+    /// assert_eq!(map.get("a"), Some(1)); // an access: idle until 18 s
+    /// clock.advance(Duration::from_secs(10));
+    /// assert_eq!(map.ttl("a"), Some(Duration::ZERO)); // at 18 s: live (ttl is no access)
+    /// clock.advance(Duration::from_nanos(1));
+    /// assert_eq!(map.get("a"), None); // idle 10 s + 1 ns
+    /// ```
+    pub fn time_to_idle(mut self, d: Duration) -> Self {
+        self.idle = Some(d);
+        self
+    }
+
     fn config(&self) -> Result<Config, BuildError> {
         let mut shards = match self.shards {
             Some(n) => n,
@@ -367,6 +410,11 @@ impl<K, V, S> Builder<K, V, S> {
         if !(1..=MAX_SUBSCRIBERS).contains(&self.max_subscribers) {
             return Err(BuildError::MaxSubscribers(self.max_subscribers));
         }
+        let idle = match self.idle {
+            Some(d) if d.is_zero() => return Err(BuildError::TimeToIdle(d)),
+            Some(d) => Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            None => None,
+        };
         Ok(Config {
             shards,
             interval: self.interval.as_nanos() as u64,
@@ -377,6 +425,7 @@ impl<K, V, S> Builder<K, V, S> {
             notify_on_shutdown: self.notify_on_shutdown,
             background_eviction: self.background_eviction,
             bound,
+            idle,
         })
     }
 }
@@ -424,6 +473,7 @@ impl<K, V, S> fmt::Debug for Builder<K, V, S> {
             .field("max_entries", &self.max_entries)
             .field("max_weight", &self.max_weight)
             .field("weigher", &self.weigher.is_some())
+            .field("time_to_idle", &self.idle)
             .finish_non_exhaustive()
     }
 }

@@ -59,15 +59,18 @@ enum PutIf<'a, K, V> {
     Always,
     /// No live entry for the key.
     Absent,
+    /// A live entry for the key.
+    Live,
     /// No write touched the key since this load began.
     Untouched(&'a load::Load<K, V>),
     /// No write to the shard since `update` read it at `version`, and the
     /// entry it read (live until `live_until`) has not expired since;
-    /// `keep_deadline`: store with that deadline instead of the TTL.
+    /// `keep`: store with this write deadline (the entry's) instead of the
+    /// TTL.
     Unchanged {
         version: u64,
         live_until: Option<u64>,
-        keep_deadline: bool,
+        keep: Option<u64>,
     },
 }
 
@@ -352,6 +355,9 @@ where
                     let cap = bound / n as u64 + u64::from((i as u64) < bound % n as u64);
                     shard = shard.bounded(cap, weigher.is_some());
                 }
+                if let Some(idle) = config.idle {
+                    shard = shard.idle(idle);
+                }
                 CachePadded::new(RwLock::new(shard))
             })
             .collect();
@@ -419,7 +425,8 @@ where
             let outcome = shard.put(hash, &mut kv, deadline, now);
             shard.version += 1;
             inner.loads.wrote(Some(hash));
-            (outcome, inner.needs_kick(&shard, deadline), now)
+            let timer = inner.timer_of(deadline, now);
+            (outcome, inner.needs_kick(&shard, timer), now)
         };
         self.kick_if(kick);
         match outcome {
@@ -458,6 +465,12 @@ where
                         return Ok(Some(live.clone()));
                     }
                 }
+                PutIf::Live => {
+                    let key = &kv.as_ref().expect("just set").0;
+                    if shard.live_value(hash, key, now).is_none() {
+                        return Ok(None);
+                    }
+                }
                 // A write during the load wins (see `load`).
                 PutIf::Untouched(load) if load.touched() => return Ok(None),
                 PutIf::Untouched(_) => {}
@@ -474,16 +487,12 @@ where
             shard.version += 1;
             inner.loads.wrote(Some(hash));
             let deadline = match cond {
-                PutIf::Unchanged {
-                    live_until: Some(d),
-                    keep_deadline: true,
-                    ..
-                } => d,
+                PutIf::Unchanged { keep: Some(d), .. } => d,
                 _ => now.saturating_add(nanos(ttl)),
             };
             let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
-            let kick =
-                matches!(outcome, PutOutcome::Refused).not() && inner.needs_kick(&shard, deadline);
+            let kick = matches!(outcome, PutOutcome::Refused).not()
+                && inner.needs_kick(&shard, inner.timer_of(deadline, now));
             (outcome, kick, now)
         };
         self.kick_if(kick);
@@ -503,7 +512,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.is_live(key, V::clone)
+        self.is_live(key, true, V::clone)
     }
 
     /// The value for `key` and its remaining time to live, read together.
@@ -512,7 +521,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read_live(key, |value, left| (value.clone(), left))
+        self.read_live(key, true, |value, left| (value.clone(), left))
     }
 
     /// The remaining time to live of a live entry.
@@ -521,19 +530,24 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read_live(key, |_, left| left)
+        self.read_live(key, false, |_, left| left)
     }
 
     /// Applies `f` to the value of the live entry for `key` and its time
-    /// left, under the shard's read lock. Reads the exact time.
+    /// left, under the shard's read lock. Reads the exact time. An `access`
+    /// counts for idle expiry.
     #[inline]
-    fn read_live<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Duration) -> R) -> Option<R>
+    fn read_live<Q, R>(&self, key: &Q, access: bool, f: impl FnOnce(&V, Duration) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.lookup(key, Time::now, |now, value, deadline| {
-            (now <= deadline).then(|| f(value, Duration::from_nanos(deadline - now)))
+        self.lookup(key, Time::now, |now, mut found| {
+            if access {
+                found.accessed(now);
+            }
+            let deadline = found.deadline;
+            (now <= deadline).then(|| f(found.value, Duration::from_nanos(deadline - now)))
         })
     }
 
@@ -541,27 +555,35 @@ where
     /// shard's read lock. Unlike [`read_live`](Self::read_live) it never
     /// needs the exact time, only whether the deadline has passed: a cheap
     /// upper bound on the clock usually settles that (see `Time::live`).
+    /// With idle expiry, a read that counts as an access needs the exact
+    /// time to record: it goes the way of `read_live`.
     #[inline]
-    fn is_live<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    fn is_live<Q, R>(&self, key: &Q, access: bool, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.lookup(key, Time::now_at_most, |bound, value, deadline| {
-            self.inner.clock.live(bound, deadline).then(|| f(value))
+        if access && self.inner.config.idle.is_some() {
+            return self.read_live(key, true, |value, _| f(value));
+        }
+        self.lookup(key, Time::now_at_most, |bound, found| {
+            self.inner
+                .clock
+                .live(bound, found.deadline)
+                .then(|| f(found.value))
         })
     }
 
     /// The shared shape of the reads: hash `key`, take the shard's read
     /// lock and read the time with `time` (in the order of
     /// [`Time::around`]), then, under the lock, pass that time and the
-    /// entry's value and deadline (live or not) to `f`.
+    /// entry found (live or not) to `f`.
     #[inline]
     fn lookup<Q, T, R>(
         &self,
         key: &Q,
         time: impl FnOnce(&Time) -> T,
-        f: impl FnOnce(T, &V, u64) -> Option<R>,
+        f: impl FnOnce(T, shard::Found<'_, V>) -> Option<R>,
     ) -> Option<R>
     where
         K: Borrow<Q>,
@@ -570,8 +592,8 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let (shard, home, t) = inner.around(hash, |l| l.read(), |s| s.start(hash), time);
-        let (value, deadline) = shard.get_from(home, hash, key)?;
-        f(t, value, deadline)
+        let found = shard.get_from(home, hash, key)?;
+        f(t, found)
     }
 
     /// `true` if `key` has a live entry.
@@ -580,7 +602,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.is_live(key, |_| ()).is_some()
+        self.is_live(key, false, |_| ()).is_some()
     }
 
     /// Removes `key`. Returns its value only if it was live; a value already
@@ -645,9 +667,10 @@ where
         let (done, kick) = {
             let (mut shard, now) = inner.write_now(hash);
             let deadline = now.saturating_add(nanos(ttl));
-            let done = shard.touch(hash, key, deadline, now, cond);
+            let timer = shard.touch(hash, key, deadline, now, cond);
+            let done = timer.is_some();
             shard.version += u64::from(done);
-            (done, done && inner.needs_kick(&shard, deadline))
+            (done, timer.is_some_and(|t| inner.needs_kick(&shard, t)))
         };
         self.kick_if(kick);
         done
@@ -678,6 +701,40 @@ where
             return self.get(&key);
         }
         self.put_slow(key, value, ttl, PutIf::Absent)
+            .unwrap_or(None)
+    }
+
+    /// Stores `value` for `key` only over a live entry, live for `ttl` from
+    /// now, and returns the old value; `None` (and nothing stored) if the
+    /// entry is absent or expired, or `ttl` is zero. Redis `SET ... XX`.
+    ///
+    /// The key is made with `ToOwned` before any lock is taken (for a
+    /// `String` key, `replace` takes a `&str`), so that a weigher can weigh
+    /// the new entry outside the lock. In a bounded map the new value
+    /// counts as an access, and a weight that grew may push out other
+    /// entries (or this one, if it alone is over the bound).
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<String, u32> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// assert_eq!(map.replace("a", 1, minute), None); // absent: not stored
+    /// assert_eq!(map.get("a"), None);
+    /// map.put("a".to_string(), 1, minute);
+    /// assert_eq!(map.replace("a", 2, minute), Some(1));
+    /// assert_eq!(map.get("a"), Some(2));
+    /// ```
+    pub fn replace<Q>(&self, key: &Q, value: V, ttl: Duration) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if ttl.is_zero() {
+            return None;
+        }
+        self.put_slow(key.to_owned(), value, ttl, PutIf::Live)
             .unwrap_or(None)
     }
 
@@ -761,18 +818,18 @@ where
                     inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now);
                 let seen = shard
                     .get_from(home, hash, &key)
-                    .filter(|&(_, d)| now <= d)
-                    .map(|(v, d)| (v.clone(), d, d - now));
+                    .filter(|f| now <= f.deadline)
+                    .map(|f| (f.value.clone(), f.deadline, f.deadline - now, f.write));
                 (seen, shard.version)
             };
             let shown = seen
                 .as_ref()
-                .map(|(v, _, left)| (v, Duration::from_nanos(*left)));
+                .map(|(v, _, left, _)| (v, Duration::from_nanos(*left)));
             let live_until = seen.as_ref().map(|s| s.1);
-            let cond = |keep_deadline| PutIf::Unchanged {
+            let cond = |keep| PutIf::Unchanged {
                 version,
                 live_until,
-                keep_deadline,
+                keep,
             };
             match f(shown) {
                 Update::Keep => return seen.map(|s| s.0),
@@ -780,14 +837,19 @@ where
                 Update::SetKeepTtl(_) if seen.is_none() => return None,
                 Update::Set(v, ttl) => {
                     let ret = v.clone();
-                    if self.put_slow(key.clone(), v, ttl, cond(false)).is_ok() {
+                    if self.put_slow(key.clone(), v, ttl, cond(None)).is_ok() {
                         return Some(ret);
                     }
                 }
                 Update::SetKeepTtl(v) => {
                     let ret = v.clone();
                     if self
-                        .put_slow(key.clone(), v, Duration::MAX, cond(true))
+                        .put_slow(
+                            key.clone(),
+                            v,
+                            Duration::MAX,
+                            cond(seen.as_ref().map(|s| s.3)),
+                        )
                         .is_ok()
                     {
                         return Some(ret);
@@ -1006,6 +1068,16 @@ where
         // The home slot is only a hint here: the write may grow the table.
         let (guard, _, now) = self.around(hash, |l| l.write(), |s| s.start(hash), Time::now);
         (guard, now)
+    }
+
+    /// Where the timer of an entry written at `now` with write deadline
+    /// `deadline` goes: with idle expiry, no later than `now + idle`.
+    #[inline]
+    fn timer_of(&self, deadline: u64, now: u64) -> u64 {
+        match self.config.idle {
+            Some(idle) => deadline.min(now.saturating_add(idle)),
+            None => deadline,
+        }
     }
 
     /// Called under the shard's write lock after a deadline was set: does the

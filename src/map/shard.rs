@@ -27,7 +27,7 @@
 use super::policy::Bound;
 pub(crate) use super::table::Home;
 use super::table::{Probe, Table};
-use crate::sync::{AtomicU32, Ordering, with_mut_u32};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, with_mut_u32};
 use crate::timer::{Links, Lists, NIL};
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
@@ -96,6 +96,28 @@ impl<K, V> Node<K, V> {
     }
 }
 
+/// What a map with idle expiry keeps per node besides the [`Node`]: the
+/// deadline the last write set, and the time of the last access (a write,
+/// or a read that found the entry live). The entry is live while `now <=
+/// min(write, access + idle)`, its *effective deadline*; the node's own
+/// `deadline` is where its timer sits, never later than that (accesses
+/// only move the effective deadline later, and eviction moves the timer).
+struct Idle {
+    write: u64,
+    /// Raised by reads under the read lock (`fetch_max`, so racing reads
+    /// keep the latest); set by writes under the write lock.
+    access: AtomicU64,
+}
+
+impl Idle {
+    fn new(write: u64, now: u64) -> Self {
+        Self {
+            write,
+            access: AtomicU64::new(now),
+        }
+    }
+}
+
 /// Bits of a node index that give its place inside a chunk of [`Nodes`].
 const CHUNK_BITS: u32 = 12;
 /// Nodes per chunk (128 KiB of `u64 -> u64` nodes).
@@ -114,6 +136,11 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 struct Nodes<K, V> {
     chunks: Vec<Vec<Node<K, V>>>,
     hashes: Vec<Vec<u32>>,
+    /// A map with idle expiry's write deadlines and last accesses (same
+    /// shape as `hashes`); empty in every other map, which pays nothing.
+    idle: Vec<Vec<Idle>>,
+    /// Whether `idle` is kept.
+    tracks_idle: bool,
     len: usize,
     /// Most nodes this slab will hold (a bounded shard's entry bound), so
     /// that its last chunk is allocated no larger than needed.
@@ -125,6 +152,8 @@ impl<K, V> Nodes<K, V> {
         Self {
             chunks: Vec::new(),
             hashes: Vec::new(),
+            idle: Vec::new(),
+            tracks_idle: false,
             len: 0,
             limit: usize::MAX,
         }
@@ -149,6 +178,13 @@ impl<K, V> Nodes<K, V> {
         self.hashes[chunk][at] = h32;
     }
 
+    /// Node `index`'s idle record. Only in a shard that tracks idle time.
+    #[inline]
+    fn idle(&self, index: u32) -> &Idle {
+        let (chunk, at) = Self::split(index as usize);
+        &self.idle[chunk][at]
+    }
+
     /// Nodes ever pushed (live and vacant).
     #[inline]
     fn len(&self) -> usize {
@@ -156,7 +192,7 @@ impl<K, V> Nodes<K, V> {
     }
 
     /// Appends a node with hash bits `h32`; its index is the old `len()`.
-    fn push(&mut self, node: Node<K, V>, h32: u32) {
+    fn push(&mut self, node: Node<K, V>, h32: u32, idle: Idle) {
         let chunk = self.len >> CHUNK_BITS;
         if chunk == self.chunks.len() {
             // A hint only: a chunk past `limit` grows like a `Vec` to CHUNK.
@@ -164,9 +200,15 @@ impl<K, V> Nodes<K, V> {
             let cap = if chunk == 0 { 0 } else { CHUNK.min(rest) };
             self.chunks.push(Vec::with_capacity(cap));
             self.hashes.push(Vec::with_capacity(cap));
+            if self.tracks_idle {
+                self.idle.push(Vec::with_capacity(cap));
+            }
         }
         self.chunks[chunk].push(node);
         self.hashes[chunk].push(h32);
+        if self.tracks_idle {
+            self.idle[chunk].push(idle);
+        }
         self.len += 1;
     }
 
@@ -217,6 +259,9 @@ struct Slab<K, V> {
     shift: u32,
     /// Added to every tick number (see [`phase`]).
     phase: u64,
+    /// The time to idle in ns, if entries have one (then `nodes` tracks
+    /// idle time).
+    idle: Option<u64>,
 }
 
 impl<K, V> Slab<K, V> {
@@ -232,6 +277,47 @@ impl<K, V> Slab<K, V> {
     #[inline]
     fn tick_of(&self, now: u64) -> u64 {
         (now >> self.shift) + self.phase + u64::from(now == u64::MAX)
+    }
+
+    /// Where the timer of an entry written to expire at `write` and last
+    /// accessed at `access` goes: its effective deadline.
+    #[inline]
+    fn effective(&self, write: u64, access: u64) -> u64 {
+        match self.idle {
+            Some(idle) => write.min(access.saturating_add(idle)),
+            None => write,
+        }
+    }
+
+    /// The effective deadline of live node `index`: the node's own deadline,
+    /// or with idle expiry `min(write deadline, last access + idle)`.
+    #[inline]
+    fn live_until(&self, index: u32) -> u64 {
+        if self.idle.is_none() {
+            return self.nodes[index as usize].deadline;
+        }
+        let idle = self.nodes.idle(index);
+        self.effective(idle.write, idle.access.load(Ordering::Relaxed))
+    }
+
+    /// Gives live node `index` the write deadline `write`, and if `now` is
+    /// given records an access then (a write is one; `expire` is not);
+    /// returns the deadline its timer goes to.
+    #[inline]
+    fn written(&mut self, index: u32, write: u64, now: Option<u64>) -> u64 {
+        if self.idle.is_none() {
+            return write;
+        }
+        let (chunk, at) = Nodes::<K, V>::split(index as usize);
+        let idle = &mut self.nodes.idle[chunk][at];
+        idle.write = write;
+        // Reads record their time under the read lock; a write's is later.
+        let mut access = idle.access.load(Ordering::Relaxed);
+        if let Some(now) = now {
+            access = access.max(now);
+            idle.access.store(access, Ordering::Relaxed);
+        }
+        self.effective(write, access)
     }
 
     /// The tick of deadline `u64::MAX`, which `tick_of` never reaches.
@@ -442,6 +528,32 @@ pub(crate) fn tick_shift(precision: u64) -> u32 {
     (63 - precision.max(2).leading_zeros()).max(1)
 }
 
+/// An entry a lookup found, live or not.
+pub(crate) struct Found<'a, V> {
+    pub(crate) value: &'a V,
+    /// Its effective deadline: the caller compares it with the time.
+    pub(crate) deadline: u64,
+    /// The deadline its last write set (the same without idle expiry).
+    pub(crate) write: u64,
+    /// Its last access and the time to idle, in a map with idle expiry.
+    access: Option<(&'a AtomicU64, u64)>,
+}
+
+impl<V> Found<'_, V> {
+    /// Counts a read at `now` as an access, if the entry is live then and
+    /// the map has idle expiry, and moves `deadline` accordingly. Under the
+    /// read lock the lookup ran under.
+    #[inline]
+    pub(crate) fn accessed(&mut self, now: u64) {
+        if let Some((a, idle)) = self.access {
+            if now <= self.deadline {
+                let last = a.fetch_max(now, Ordering::Relaxed).max(now);
+                self.deadline = self.write.min(last.saturating_add(idle));
+            }
+        }
+    }
+}
+
 /// Result of [`Shard::put`].
 pub(crate) enum PutOutcome<K, V> {
     /// A new entry; nothing left the shard.
@@ -496,7 +608,16 @@ impl<K, V> Wheel<K, V> {
     /// new node. If the shard is full it panics with them still in `kv`,
     /// so the caller can drop them after releasing the lock.
     #[inline]
-    fn alloc(&mut self, kv: &mut Option<(K, V)>, deadline: u64, h32: u32, weight: u32) -> u32 {
+    /// `deadline` is the write deadline, `now` the time of the write (its
+    /// first access, for idle expiry).
+    fn alloc(
+        &mut self,
+        kv: &mut Option<(K, V)>,
+        deadline: u64,
+        now: u64,
+        h32: u32,
+        weight: u32,
+    ) -> u32 {
         let reuse = self.free.pop();
         if reuse.is_none() {
             assert!(
@@ -504,6 +625,8 @@ impl<K, V> Wheel<K, V> {
                 "expiremap: more than 2^30 - 1 entries in one shard"
             );
         }
+        let write = deadline;
+        let deadline = self.slab.effective(write, now);
         // Links set by `link` below; an access count of 0.
         let node = Node {
             kv: MaybeUninit::new(kv.take().expect("alloc without a key and value")),
@@ -515,11 +638,15 @@ impl<K, V> Wheel<K, V> {
             // Overwriting a vacant node drops nothing: `kv` is MaybeUninit.
             self.slab.nodes[index as usize] = node;
             self.slab.nodes.set_hash(index, h32);
+            if self.slab.nodes.tracks_idle {
+                let (chunk, at) = Nodes::<K, V>::split(index as usize);
+                self.slab.nodes.idle[chunk][at] = Idle::new(write, now);
+            }
             index
         } else {
             // < NIL, checked above.
             let index = self.slab.nodes.len() as u32;
-            self.slab.nodes.push(node, h32);
+            self.slab.nodes.push(node, h32, Idle::new(write, now));
             index
         };
         let tick = self.slab.tick_for(deadline);
@@ -534,10 +661,11 @@ impl<K, V> Wheel<K, V> {
     /// Makes live node `index` (already removed from the table, or just
     /// popped from the due list if `linked` is false) vacant and returns its
     /// entry.
+    /// The entry's `deadline` is its effective one.
     fn release(&mut self, index: u32, linked: bool) -> Entry<K, V> {
-        let deadline = self.slab.nodes[index as usize].deadline;
+        let deadline = self.slab.live_until(index);
         if linked {
-            let tick = self.slab.tick_for(deadline);
+            let tick = self.slab.tick_for(self.slab.nodes[index as usize].deadline);
             self.lists.unlink(&mut self.slab, index, tick);
         }
         // SAFETY: `index` was live; it is now unlinked and goes on the free
@@ -643,6 +771,7 @@ impl<K, V> Shard<K, V> {
             nodes: Nodes::new(),
             shift,
             phase,
+            idle: None,
         };
         Self {
             version: 0,
@@ -669,6 +798,14 @@ impl<K, V> Shard<K, V> {
             self.table = Table::with_capacity(cap.min(1 << 24) as usize);
             self.wheel.slab.nodes.limit = usize::try_from(cap).unwrap_or(usize::MAX);
         }
+        self
+    }
+
+    /// This shard, whose entries also expire `idle` ns after their last
+    /// access. For a new, empty shard.
+    pub(crate) fn idle(mut self, idle: u64) -> Self {
+        self.wheel.slab.idle = Some(idle);
+        self.wheel.slab.nodes.tracks_idle = true;
         self
     }
 
@@ -735,12 +872,13 @@ impl<K, V> Shard<K, V> {
         Q: Eq + ?Sized,
     {
         self.get_from(self.start(hash), hash, key)
+            .map(|f| (f.value, f.deadline))
     }
 
     /// [`get`](Self::get) from `home`, which [`start`](Self::start) gave
     /// for `hash` under the same lock.
     #[inline]
-    pub(crate) fn get_from<Q>(&self, home: Home, hash: u64, key: &Q) -> Option<(&V, u64)>
+    pub(crate) fn get_from<Q>(&self, home: Home, hash: u64, key: &Q) -> Option<Found<'_, V>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -753,7 +891,22 @@ impl<K, V> Shard<K, V> {
             node.hit();
         }
         // SAFETY: as above; a live node's `kv` is initialised.
-        Some((&unsafe { node.kv.assume_init_ref() }.1, node.deadline))
+        let value = &unsafe { node.kv.assume_init_ref() }.1;
+        if !slab.nodes.tracks_idle {
+            return Some(Found {
+                value,
+                deadline: node.deadline,
+                write: node.deadline,
+                access: None,
+            });
+        }
+        let idle = slab.nodes.idle(index);
+        Some(Found {
+            value,
+            deadline: slab.live_until(index),
+            write: idle.write,
+            access: slab.idle.map(|d| (&idle.access, d)),
+        })
     }
 
     /// Inserts or overwrites with the key and value in `kv` (which must
@@ -788,7 +941,7 @@ impl<K, V> Shard<K, V> {
         {
             Probe::Found(index) => PutOutcome::Overwrote(self.overwrite(index, kv, deadline, now)),
             Probe::Vacant(at) => {
-                let index = self.wheel.alloc(kv, deadline, h32, 1);
+                let index = self.wheel.alloc(kv, deadline, now, h32, 1);
                 self.table.fill(at, h32, index);
                 PutOutcome::Inserted
             }
@@ -853,7 +1006,7 @@ impl<K, V> Shard<K, V> {
                         at = self.table.vacant(h32);
                     }
                 }
-                let index = self.wheel.alloc(kv, deadline, h32, weight);
+                let index = self.wheel.alloc(kv, deadline, now, h32, weight);
                 self.table.fill(at, h32, index);
                 PutOutcome::Inserted
             }
@@ -871,8 +1024,9 @@ impl<K, V> Shard<K, V> {
         deadline: u64,
         now: u64,
     ) -> Removed<K, V> {
+        let old_deadline = self.wheel.slab.live_until(index);
+        let sched = self.wheel.slab.written(index, deadline, Some(now));
         let node = &mut self.wheel.slab.nodes[index as usize];
-        let old_deadline = node.deadline;
         let door = if now <= old_deadline {
             Door::Replaced
         } else {
@@ -883,7 +1037,7 @@ impl<K, V> Shard<K, V> {
         let pair = unsafe { node.kv.assume_init_mut() };
         let (key, value) = kv.take().expect("put without a key and value");
         let old_value = std::mem::replace(&mut pair.1, value);
-        self.wheel.reschedule(index, deadline);
+        self.wheel.reschedule(index, sched);
         Removed {
             key,
             value: old_value,
@@ -942,8 +1096,9 @@ impl<K, V> Shard<K, V> {
         // Expired entries first: what the wheel has due, ...
         while !fits(self) {
             let before = out.len();
-            self.evict(now, 1, out);
-            if out.len() == before {
+            // With idle expiry a due timer may only move on, not evict.
+            let (more, _) = self.evict(now, 1, out);
+            if out.len() == before && !more {
                 break;
             }
         }
@@ -960,7 +1115,7 @@ impl<K, V> Shard<K, V> {
                 if fits(self) {
                     break;
                 }
-                if now > self.wheel.slab.nodes[i as usize].deadline && Some(i) != skip {
+                if now > self.wheel.slab.live_until(i) && Some(i) != skip {
                     out.push(self.take_index(i, Door::Expired));
                 }
             }
@@ -981,8 +1136,8 @@ impl<K, V> Shard<K, V> {
             if Some(i) == skip {
                 continue;
             }
+            let deadline = self.wheel.slab.live_until(i);
             let node = &mut self.wheel.slab.nodes[i as usize];
-            let deadline = node.deadline;
             let count = with_mut_u32(&mut node.prev, |p| {
                 if *p == VACANT {
                     None
@@ -1076,10 +1231,12 @@ impl<K, V> Shard<K, V> {
         })
     }
 
-    /// Sets a new deadline for a live entry. `false` if absent or expired.
+    /// Sets a new deadline for a live entry; returns where its timer went
+    /// (with idle expiry it may be earlier), or `None` if the entry is
+    /// absent or expired.
     ///
     /// With `cond`, only if the new deadline is later (`Later`) or earlier
-    /// (`Earlier`) than the entry's.
+    /// (`Earlier`) than the entry's effective deadline.
     pub(crate) fn touch<Q>(
         &mut self,
         hash: u64,
@@ -1087,27 +1244,26 @@ impl<K, V> Shard<K, V> {
         deadline: u64,
         now: u64,
         cond: super::ExpireIf,
-    ) -> bool
+    ) -> Option<u64>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         use super::ExpireIf;
         let slab = &self.wheel.slab;
-        let Some(index) = self.table.find(hash as u32, is_key(slab, key)) else {
-            return false;
-        };
-        let old = slab.nodes[index as usize].deadline;
+        let index = self.table.find(hash as u32, is_key(slab, key))?;
+        let old = slab.live_until(index);
         let holds = match cond {
             ExpireIf::Always => true,
             ExpireIf::Later => deadline > old,
             ExpireIf::Earlier => deadline < old,
         };
         if now > old || !holds {
-            return false;
+            return None;
         }
-        self.wheel.reschedule(index, deadline);
-        true
+        let sched = self.wheel.slab.written(index, deadline, None);
+        self.wheel.reschedule(index, sched);
+        Some(sched)
     }
 
     /// The value of the live entry for `key` at `now`, if any.
@@ -1116,8 +1272,8 @@ impl<K, V> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let (value, deadline) = self.get_from(self.start(hash), hash, key)?;
-        (now <= deadline).then_some(value)
+        let found = self.get_from(self.start(hash), hash, key)?;
+        (now <= found.deadline).then_some(found.value)
     }
 
     /// Evicts at most `limit` entries whose timers are due at `now`, or at
@@ -1141,6 +1297,19 @@ impl<K, V> Shard<K, V> {
             let Some(index) = wheel.lists.first_due() else {
                 return (false, now);
             };
+            if wheel.slab.idle.is_some() {
+                // Read since its timer was set: its effective deadline moved
+                // on. Its timer goes there, to a tick after `now_tick`.
+                let until = wheel.slab.live_until(index);
+                let tick = wheel.slab.tick_for(until);
+                if tick > now_tick {
+                    let popped = wheel.lists.pop_due(&mut wheel.slab);
+                    debug_assert_eq!(popped, Some(index));
+                    wheel.slab.nodes[index as usize].deadline = until;
+                    wheel.lists.link(&mut wheel.slab, index, tick);
+                    continue;
+                }
+            }
             // Out of the table first, while the node is still live: a panic
             // anywhere below leaves no table slot pointing at a vacant node.
             let h32 = wheel.slab.nodes.hash(index);
@@ -1184,10 +1353,15 @@ impl<K, V> Shard<K, V> {
     /// Takes every entry out, leaving the shard empty, in O(1) under the lock
     /// (the caller drains the returned shard after unlocking).
     pub(crate) fn take_all(&mut self, now: u64) -> Shard<K, V> {
-        let Slab { shift, phase, .. } = self.wheel.slab;
+        let Slab {
+            shift, phase, idle, ..
+        } = self.wheel.slab;
         let mut fresh = Shard::new(shift, phase, now);
         if let Some((cap, weighted)) = self.bound_config() {
             fresh = fresh.bounded(cap, weighted);
+        }
+        if let Some(idle) = idle {
+            fresh = fresh.idle(idle);
         }
         fresh.version = self.version + 1;
         std::mem::replace(self, fresh)

@@ -29,7 +29,7 @@ impl<K, V> Shard<K, V> {
     /// must be below the slab's length.
     #[inline]
     pub(crate) fn expires_at(&self, index: u32) -> u64 {
-        self.wheel.slab.nodes[index as usize].deadline
+        self.wheel.slab.live_until(index)
     }
 
     /// One past the highest slab index: every entry's index is below it.
