@@ -41,6 +41,20 @@ fn get(c: &mut Criterion) {
             black_box(v)
         })
     });
+    // What a miss sends (value and PTTL in one script), on a plain client:
+    // the difference to near_miss is the cost of the cache's connection
+    // thread (a hand-off to the reader and back).
+    g.bench_function("redis_eval_get_pttl", |b| {
+        b.iter(|| {
+            let v: redis::Value = redis::cmd("EVAL")
+                .arg("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}")
+                .arg(1)
+                .arg(b"b:\x02".as_slice())
+                .query(&mut raw)
+                .unwrap();
+            black_box(v)
+        })
+    });
     // A key Redis does not have: no near copy, one round trip every time
     // (the value-and-TTL script).
     g.bench_function("near_miss", |b| {

@@ -77,6 +77,10 @@
 //!
 //! # Lost connections
 //!
+//! No call waits forever: a server that stops answering leaves its ping
+//! unanswered, and the connection is closed (failing every waiting call)
+//! at most about `1.5 × S` after it froze.
+//!
 //! When the connection breaks (server killed, network gone, ping overdue):
 //! near hits stop at once, every call waiting on it fails with
 //! [`Error::Connection`], every near copy is dropped (invalidations may have
@@ -85,6 +89,14 @@
 //! Once reconnected, tracking is set up again before any near copy is
 //! stored. A `put` or `remove` that failed with `Error::Connection` may or
 //! may not have reached the server.
+//!
+//! # Requirements
+//!
+//! Redis 6.2 or later (RESP3 and `GETDEL`; tested with 7.0), or Valkey, over
+//! plain TCP (`redis://host:port/db`, with `user:password@` if needed). Not
+//! supported yet: TLS, Unix sockets, Redis Cluster. Values much larger than
+//! what the link moves in `S / 4` delay the pings queued behind them and may
+//! close the connection.
 //!
 //! # Near copies and TTLs
 //!
@@ -120,6 +132,11 @@
 //! nobody here read.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+/// The README's code blocks, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod codec;
 mod error;
@@ -222,7 +239,19 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
     }
 
     /// Connects (once, on this thread: an unreachable server is an error
-    /// here), sets up tracking and starts the cache's threads.
+    /// here), sets up tracking and starts the cache's threads. Settings are
+    /// checked before connecting:
+    ///
+    /// ```
+    /// use expiremap_redis::{Error, NearCache};
+    ///
+    /// let r = NearCache::<String, u64>::builder("redis://127.0.0.1:6379")
+    ///     .prefix("")
+    ///     .build();
+    /// assert!(matches!(r, Err(Error::Config(_))));
+    /// let r = NearCache::<String, u64>::builder("not a url").build();
+    /// assert!(matches!(r, Err(Error::Config(_))));
+    /// ```
     pub fn build(self) -> Result<NearCache<K, V>, Error> {
         let mut cfg = Config::from_url(&self.url)?;
         if let Some(p) = self.prefix {
