@@ -355,3 +355,53 @@ fn a_panicking_load_hands_over_to_the_waiter() {
         assert_eq!(map.get(&1), Some(20));
     });
 }
+
+/// Two callers of one cold key, no other writer: exactly one `init` runs,
+/// and the other caller either waited for it and got its value, or came
+/// after and hit it.
+#[test]
+fn a_successful_load_hands_its_value_to_the_waiter() {
+    model(|| {
+        let map = loading_map();
+        let inits = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let other = {
+            let (map, inits) = (map.clone(), inits.clone());
+            thread::spawn(move || {
+                map.get_or_insert_with(1, Duration::from_secs(3600), || {
+                    inits.fetch_add(1, Ordering::SeqCst);
+                    10
+                })
+            })
+        };
+        let mine = map.get_or_insert_with(1, Duration::from_secs(3600), || {
+            inits.fetch_add(1, Ordering::SeqCst);
+            20
+        });
+        let other = other.join().unwrap();
+        assert_eq!(inits.load(Ordering::SeqCst), 1, "{mine} {other}");
+        assert_eq!(mine, other);
+        assert_eq!(map.get(&1), Some(mine));
+    });
+}
+
+/// The loader's `init` fails while another caller waits: the error reaches
+/// only its own caller, nothing is stored for it, and the waiter is woken
+/// and loads its own value, which is stored.
+#[test]
+fn a_failing_load_hands_over_to_the_waiter() {
+    model(|| {
+        let map = loading_map();
+        let first = {
+            let map = map.clone();
+            thread::spawn(move || {
+                map.try_get_or_insert_with(1, Duration::from_secs(3600), || Err::<u32, _>("down"))
+            })
+        };
+        let second = map.try_get_or_insert_with(1, Duration::from_secs(3600), || Ok::<_, &str>(20));
+        let first = first.join().unwrap();
+        assert_eq!(second, Ok(20));
+        // The first caller failed, or came after the second's load and hit.
+        assert!(first == Err("down") || first == Ok(20), "{first:?}");
+        assert_eq!(map.get(&1), Some(20));
+    });
+}
