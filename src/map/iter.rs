@@ -88,6 +88,12 @@ impl<'a, K, V, S, T> Walk<'a, K, V, S, T> {
             }
         }
     }
+
+    /// At least the batch in hand; exactly that once every shard was read.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let done = self.shard >= self.map.inner.shards.len();
+        (self.batch.len(), done.then_some(self.batch.len()))
+    }
 }
 
 /// An iterator over clones of the live entries of an [`ExpireMap`], from
@@ -102,6 +108,10 @@ impl<K: Clone, V: Clone, S> Iterator for Iter<'_, K, V, S> {
 
     fn next(&mut self) -> Option<(K, V)> {
         self.walk.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.walk.size_hint()
     }
 }
 
@@ -129,6 +139,10 @@ impl<K: Clone, V, S> Iterator for Keys<'_, K, V, S> {
 
     fn next(&mut self) -> Option<K> {
         self.walk.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.walk.size_hint()
     }
 }
 
@@ -400,6 +414,12 @@ mod tests {
             seen.push(k);
         }
         seen.sort_unstable();
+        let mut it = map.keys();
+        assert_eq!(it.size_hint(), (0, None));
+        it.next();
+        assert!(it.size_hint().0 > 0);
+        it.by_ref().count();
+        assert_eq!(it.size_hint(), (0, Some(0)));
         let want: Vec<u32> = (0..n).filter(|k| k % 3 != 0).collect();
         assert_eq!(seen, want);
         map.retain(|&k, _| {
