@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{PATIENCE, Server, eventually};
+use common::{Server, eventually};
 use expiremap_redis::{Error, NearCache};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ fn killed_and_restarted_server_errors_then_recovers_without_stale_reads() {
     let k = "k".to_string();
     a.put(k.clone(), 1, HOUR).unwrap();
     assert_eq!(b.get(&k).unwrap(), Some(1));
-    assert_eq!(b.peek_near(&k), Some(1));
+    assert!(b.near_ttl(&k).is_some()); // held (served while pings are answered)
 
     s.kill();
     // Both notice the loss: calls fail with a connection error and the near
@@ -67,25 +67,21 @@ fn frozen_server_stops_near_hits_within_the_bound_then_recovers() {
     let a = cache(&s);
     let k = "k".to_string();
     a.put(k.clone(), 1, HOUR).unwrap();
-    assert_eq!(a.peek_near(&k), Some(1));
+    assert!(a.near_ttl(&k).is_some());
 
     // SIGSTOP: the sockets stay open, nothing answers. Pings go unanswered,
     // so after the staleness bound near copies are no longer served, and the
     // connection is closed.
     s.signal("-STOP");
-    let frozen = Instant::now();
-    let bound = a.staleness_bound();
+    // (No upper bound on how long that takes is asserted: a slow machine
+    // may be slow. The bound itself is tested in coherence.rs.)
     eventually("near hits stop", || a.peek_near(&k).is_none().then_some(()));
-    // Served at most `bound` after the last ping that was answered, which
-    // was sent before the freeze.
-    let _ = frozen; // (no upper timing assert: a slow machine is allowed to be slow)
     let e = eventually("calls fail", || a.get(&k).err());
     assert!(e.is_connection(), "{e}");
     s.signal("-CONT");
     let v = eventually("recovery", || a.get(&k).ok());
     assert_eq!(v, Some(1)); // same server, same data
     assert!(a.connections() >= 2);
-    assert!(bound <= PATIENCE);
 }
 
 #[test]
