@@ -209,4 +209,26 @@ mod tests {
         assert_eq!(s.live_at(i3, 0).map(|kv| kv.0), Some(3));
         assert_eq!(s.len(), 4);
     }
+
+    #[test]
+    fn take_seen_gives_a_bounded_shard_its_room_back() {
+        let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(4, false);
+        for k in 0..4 {
+            s.put_owned(h(k), k, k, 100, 0);
+        }
+        assert_eq!(s.usage(), Some((4, 4)));
+        let mut seen = Vec::new();
+        s.visit(0, 8, 0, |i, &k, _| seen.push((i, k)));
+        for &(i, k) in seen.iter().filter(|&&(_, k)| k % 2 == 0) {
+            assert!(s.take_seen(i, h(k) as u32, 0).is_some());
+            s.validate();
+        }
+        assert_eq!(s.usage(), Some((2, 4)));
+        // The room is there: two new keys fit without pushing anything out
+        // (`put_owned` asserts that).
+        s.put_owned(h(10), 10, 10, 100, 0);
+        s.put_owned(h(11), 11, 11, 100, 0);
+        s.validate();
+        assert_eq!(s.usage(), Some((4, 4)));
+    }
 }
