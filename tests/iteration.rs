@@ -93,17 +93,26 @@ fn keeps(salt: u64, key: u64, value: u64) -> bool {
     (x >> 61) != 0 // rejects about one in eight
 }
 
-fn shadow(seed: u64, ops: usize) {
-    println!("iteration shadow: seed={seed} ops={ops} (rerun with EXPIREMAP_SEED={seed})");
+/// One seeded run. With `idle` (ns), the map has that time to idle; the
+/// run reads nothing between writes (`iter`, `keys` and `retain` are no
+/// accesses), so an entry's deadline is `put time + min(ttl, idle)`.
+fn shadow(seed: u64, ops: usize, idle: Option<u64>) {
+    println!(
+        "iteration shadow: seed={seed} ops={ops} idle={idle:?} \
+         (rerun with EXPIREMAP_SEED={seed})"
+    );
     let mut rng = XorShift::new(seed);
     let clock = ManualClock::starting_at(rng.below(1 << 40));
-    let map = ExpireMap::<u64, u64>::builder()
+    let mut builder = ExpireMap::<u64, u64>::builder()
         .clock(clock.clone())
         .shards(1 << rng.below(4))
         .background_eviction(false)
         .publish_removals(true)
-        .event_capacity(1 << 20)
-        .build();
+        .event_capacity(1 << 20);
+    if let Some(d) = idle {
+        builder = builder.time_to_idle(Duration::from_nanos(d));
+    }
+    let map = builder.build();
     let mut sub = map.subscribe().unwrap();
     let mut model: HashMap<u64, Entry> = HashMap::new();
     let mut want: Vec<(u64, u64, Cause)> = Vec::new();
@@ -134,7 +143,7 @@ fn shadow(seed: u64, ops: usize) {
                 );
                 let new = Entry {
                     value: serial,
-                    deadline: t + ttl,
+                    deadline: t + idle.map_or(ttl, |d| ttl.min(d)),
                 };
                 if let Some(old) = model.insert(key, new) {
                     leave(&mut want, key, old, t, Cause::Replaced);
@@ -217,7 +226,18 @@ fn shadow(seed: u64, ops: usize) {
 fn shadow_iter_and_retain_match_the_model() {
     let base = seed(0x17E4);
     for i in 0..4 {
-        shadow(base.wrapping_add(i), scaled(40_000));
+        shadow(base.wrapping_add(i), scaled(40_000), None);
+    }
+}
+
+/// The same with a time to idle of 1 ns to 40 ms, so that idle expiry
+/// decides some deadlines and the TTL others.
+#[test]
+fn shadow_with_idle_expiry() {
+    let base = seed(0x1D1E);
+    for i in 0..4 {
+        let idle = 1 + XorShift::new(base ^ i).below(40_000_000);
+        shadow(base.wrapping_add(i), scaled(20_000), Some(idle));
     }
 }
 
@@ -693,4 +713,46 @@ fn iteration_and_retain_while_others_write_conserve_every_value() {
     assert_eq!(all.len(), total, "a value left by two doors");
     let put = next_id.load(Ordering::SeqCst) - 1;
     assert_eq!(total as u64, put, "every value put is accounted for once");
+}
+
+/// With `time_to_idle`, iteration and `retain` judge liveness by the
+/// effective deadline (`min(write deadline, last access + idle)`), and
+/// neither counts as an access.
+#[test]
+fn idle_expiry_decides_what_is_live_and_iteration_is_no_access() {
+    let ms = Duration::from_millis;
+    let clock = ManualClock::new();
+    let map = ExpireMap::<&str, u32>::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .publish_removals(true)
+        .time_to_idle(ms(10))
+        .build();
+    let mut sub = map.subscribe().unwrap();
+    for (k, v) in [("a", 1), ("b", 2), ("c", 3)] {
+        map.put(k, v, Duration::from_secs(3600));
+    }
+    clock.advance(ms(8));
+    assert_eq!(map.get("a"), Some(1)); // idle until 18 ms
+    assert_eq!(map.get("c"), Some(3)); // idle until 18 ms
+    clock.advance(ms(4)); // 12 ms: "b" idle since 0, expired
+    let mut seen: Vec<(&str, u32)> = map.iter().collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [("a", 1), ("c", 3)]);
+    let mut shown = Vec::new();
+    map.retain(|&k, _| {
+        shown.push(k);
+        k != "c"
+    });
+    shown.sort_unstable();
+    assert_eq!(shown, ["a", "c"], "an idle-expired entry is not shown to f");
+    let e = sub.try_recv().unwrap();
+    assert_eq!((e.key, e.value, e.cause), ("c", 3, Cause::Removed));
+    // Neither the iteration nor `retain` was an access: "a" is idle from
+    // 8 ms and gone after 18 ms.
+    clock.advance(ms(6)); // 18 ms
+    assert_eq!(map.keys().collect::<Vec<_>>(), ["a"]);
+    clock.advance(Duration::from_nanos(1));
+    assert_eq!(map.iter().count(), 0);
+    assert_eq!(map.len(), 2, "a and b wait for eviction");
 }
