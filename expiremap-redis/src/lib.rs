@@ -62,7 +62,10 @@
 //! been applied (same connection, in order), so near copies are served only
 //! while `now <= t + S` for the latest answered ping; otherwise `get` reads
 //! from Redis. A ping unanswered for `S` closes the connection. A read from
-//! Redis is never stale. So the bound holds however slow the network, the
+//! Redis is never stale. (Redis queues the broadcast invalidations of an
+//! event-loop turn before it sends that turn's replies, so a ping sent after
+//! a write's reply reaches the server after that write's invalidation was
+//! queued on our connection.) So the bound holds however slow the network, the
 //! server or this process is; what it costs is that near hits stop (reads go
 //! to Redis) while pings are late.
 //!

@@ -94,3 +94,37 @@ fn build_fails_when_nothing_listens() {
         .build();
     assert!(matches!(r, Err(Error::Connection(_))), "{r:?}");
 }
+
+#[test]
+fn killed_connections_miss_no_write_made_while_they_were_down() {
+    // The server lives on, but the caches' connections are killed (as an
+    // operator's CLIENT KILL, or a proxy restart, would): a write made while
+    // they are down sends them no invalidation. After reconnecting they
+    // must read it, not their old near copies.
+    let s = Server::start();
+    let (a, b) = (cache(&s), cache(&s));
+    let k = "k".to_string();
+    a.put(k.clone(), 1, HOUR).unwrap();
+    assert_eq!(b.get(&k).unwrap(), Some(1));
+    let mut raw = s.raw();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut raw)
+        .unwrap();
+    assert!(killed >= 2, "killed {killed} connections");
+    // postcard(2u64) = [2]; the key is "f:" + postcard("k") = "f:\x01k".
+    let _: () = redis::cmd("SET")
+        .arg(b"f:\x01k".as_slice())
+        .arg(b"\x02".as_slice())
+        .query(&mut raw)
+        .unwrap();
+    for c in [&a, &b] {
+        eventually("reconnected", || (c.connections() >= 2).then_some(()));
+        let v = eventually("a read after reconnecting", || c.get(&k).ok());
+        assert_eq!(v, Some(2));
+    }
+}
