@@ -230,7 +230,7 @@ impl<T> Inner<T> {
         let mut next = 0;
         loop {
             let mut n = 0;
-            {
+            let more = {
                 let mut s = self.lock.lock();
                 if next == 0 && s.threads > 0 {
                     self.wake.notify_all();
@@ -242,14 +242,17 @@ impl<T> Inner<T> {
                     }
                     next += 1;
                 }
-            }
-            if n == 0 {
-                return;
-            }
+                // Come back only for wakers left past this batch: a task
+                // woken below races for `lock` to register again.
+                next < s.wakers.len() && s.registered > 0
+            };
             for w in &mut batch[..n] {
                 if let Some(w) = w.take() {
                     w.wake();
                 }
+            }
+            if !more {
+                return;
             }
         }
     }
