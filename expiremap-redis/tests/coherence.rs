@@ -203,3 +203,53 @@ fn flushall_drops_every_near_copy() {
     });
     assert_eq!(b.get(&"3".to_string()).unwrap(), None);
 }
+
+#[test]
+fn racing_writers_in_two_caches_converge_to_redis() {
+    // Two threads per cache put, remove, load and read 16 shared keys at
+    // random. Once every write has completed and the staleness bound has
+    // passed, both caches must read exactly what Redis holds.
+    let s = Server::start();
+    let open = || -> NearCache<String, u64> {
+        NearCache::builder(s.url())
+            .prefix("t:")
+            .max_entries(8) // fewer than the keys: the bound pushes copies out too
+            .staleness_bound(Duration::from_millis(50))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (open(), open());
+    std::thread::scope(|sc| {
+        for (t, c) in [&a, &b, &a, &b].into_iter().enumerate() {
+            sc.spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+                let mut next = move || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                };
+                for _ in 0..1500 {
+                    let r = next();
+                    let k = (r % 16).to_string();
+                    match (r >> 8) % 8 {
+                        0 | 1 => c.put(k, r >> 16, HOUR).unwrap(),
+                        2 => drop(c.remove(&k).unwrap()),
+                        3 => drop(c.get_or_insert_with(k, HOUR, || r >> 16).unwrap()),
+                        _ => drop(c.get(&k).unwrap()),
+                    }
+                }
+            });
+        }
+    });
+    std::thread::sleep(a.staleness_bound() + Duration::from_millis(1));
+    let mut raw = s.raw();
+    for i in 0..16 {
+        let k = i.to_string();
+        let name = [b"t:".as_slice(), &[k.len() as u8], k.as_bytes()].concat(); // postcard: length, bytes
+        let held: Option<Vec<u8>> = redis::cmd("GET").arg(name).query(&mut raw).unwrap();
+        let (va, vb) = (a.get(&k).unwrap(), b.get(&k).unwrap());
+        let expect = held.map(|bytes| postcard::from_bytes::<u64>(&bytes).unwrap());
+        assert_eq!((va, vb), (expect, expect), "key {k}");
+    }
+}
