@@ -254,7 +254,7 @@ mod imp {
     /// Under loom the `futex` pair is loom's lock and condition variable,
     /// like [`Mutex`] and [`Condvar`].
     pub(crate) mod futex {
-        pub(crate) use super::{Condvar, Mutex};
+        pub(crate) use super::{Condvar, Mutex, MutexGuard};
     }
 
     /// Whether `Condvar::wait_for` can really time out. Under loom it cannot.

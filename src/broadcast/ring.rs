@@ -5,7 +5,7 @@
 //! happens-before edges) are in the parent module's documentation; every
 //! `// SAFETY:` comment below refers to them by name.
 
-use crate::sync::futex::{Condvar, Mutex};
+use crate::sync::futex::{Condvar, Mutex, MutexGuard};
 use crate::sync::{
     AtomicBool, AtomicU64, AtomicUsize, CachePadded, Ordering, UnsafeCell, spin_loop, thread,
 };
@@ -221,31 +221,44 @@ impl<T> Inner<T> {
     }
 
     /// Wakes every receiver asleep now: parked threads (notified under the
-    /// lock they park with) and registered wakers (taken out under the lock,
-    /// woken after releasing it, at most [`WAKE_BATCH`] per hold). One pass
-    /// over the registry: a task woken here that registers again before the
-    /// pass reaches its slot is woken once more, spuriously; none is missed.
+    /// lock they park with) and registered wakers ([`wake_tasks`]).
+    ///
+    /// [`wake_tasks`]: Self::wake_tasks
     pub(super) fn notify_all(&self) {
+        let s = self.lock.lock();
+        if s.threads > 0 {
+            self.wake.notify_all();
+        }
+        if s.registered > 0 {
+            self.wake_tasks(s);
+        }
+    }
+
+    /// Wakes every registered waker: takes them out under the lock (`s`,
+    /// then taken again as needed), at most [`WAKE_BATCH`] per hold, and
+    /// wakes them after releasing it. One pass over the registry: a task
+    /// woken here that registers again before the pass reaches its slot is
+    /// woken once more, spuriously. None is missed: a waker whose
+    /// registration RMW on `read_gen` preceded our caller's was in place
+    /// before that registration released `lock`, and every hold of `lock`
+    /// here follows our caller's RMW, so the pass finds it, unless its task
+    /// gave it up or another notify took it and woke it.
+    fn wake_tasks<'a>(&'a self, mut s: MutexGuard<'a, Sleepers>) {
         let mut batch: [Option<Waker>; WAKE_BATCH] = Default::default();
         let mut next = 0;
         loop {
             let mut n = 0;
-            let more = {
-                let mut s = self.lock.lock();
-                if next == 0 && s.threads > 0 {
-                    self.wake.notify_all();
+            while n < WAKE_BATCH && next < s.wakers.len() && s.registered > 0 {
+                if let Some(w) = s.take(next) {
+                    batch[n] = Some(w);
+                    n += 1;
                 }
-                while n < WAKE_BATCH && next < s.wakers.len() && s.registered > 0 {
-                    if let Some(w) = s.take(next) {
-                        batch[n] = Some(w);
-                        n += 1;
-                    }
-                    next += 1;
-                }
-                // Come back only for wakers left past this batch: a task
-                // woken below races for `lock` to register again.
-                next < s.wakers.len() && s.registered > 0
-            };
+                next += 1;
+            }
+            // Come back only for wakers left past this batch: a task woken
+            // below races for `lock` to register again.
+            let more = next < s.wakers.len() && s.registered > 0;
+            drop(s);
             for w in &mut batch[..n] {
                 if let Some(w) = w.take() {
                     w.wake();
@@ -254,6 +267,7 @@ impl<T> Inner<T> {
             if !more {
                 return;
             }
+            s = self.lock.lock();
         }
     }
 
