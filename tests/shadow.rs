@@ -36,6 +36,11 @@ struct Model {
     idle: u64,
 }
 
+/// The model's map. Its hasher is fixed, so that the order it iterates in
+/// (which picks the clock advances) is the same in every run of a seed.
+type Models =
+    HashMap<u64, Model, std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>>;
+
 impl Model {
     /// The effective deadline: live while `t <= until()`.
     fn until(&self) -> u64 {
@@ -55,7 +60,7 @@ fn evictable(deadline: u64, now: u64) -> bool {
 /// the model: the old value, if any, leaves as `Replaced` if it was live,
 /// else as `Expired`.
 fn store(
-    model: &mut HashMap<u64, Model>,
+    model: &mut Models,
     events: &mut Vec<(u64, u64, Cause)>,
     (key, value, deadline, t): (u64, u64, u64, u64),
     idle: u64,
@@ -78,7 +83,7 @@ fn store(
 
 /// What a removal of `key` at time `t` does to the model: the value, if
 /// any, leaves as `Removed` if it was live, else as `Expired`.
-fn remove(model: &mut HashMap<u64, Model>, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: u64) {
+fn remove(model: &mut Models, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: u64) {
     if let Some(old) = model.remove(&key) {
         let cause = if t <= old.until() {
             Cause::Removed
@@ -206,7 +211,7 @@ fn single_threaded_with<S>(
     let racers = Racers::spawn(&map, evictors);
     // In a race, every event seen and every event the model expects.
     let (mut seen, mut owed) = (Vec::new(), Vec::new());
-    let mut model: HashMap<u64, Model> = HashMap::new();
+    let mut model = Models::default();
     let keys = 1 + rng.below(300);
     let mut serial = 0u64;
     let now = || clock_now(&clock);
@@ -217,7 +222,7 @@ fn single_threaded_with<S>(
         let t = now();
         let live = model.get(&key).filter(|m| t <= m.until()).copied();
         // A read that counts as an access: the model's entry was read at `t`.
-        let accessed = |model: &mut HashMap<u64, Model>| {
+        let accessed = |model: &mut Models| {
             if let Some(m) = model.get_mut(&key).filter(|m| t <= m.until()) {
                 m.access = t;
             }

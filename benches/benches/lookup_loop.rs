@@ -103,11 +103,25 @@ fn adds() -> u64 {
 /// ```
 fn count_gets(gets: u64) {
     const KEYS: u64 = 100_000;
-    let em = ExpireMap::<u64, u64>::new();
+    // LOOKUP_LOOP_IDLE: a map with `time_to_idle`; LOOKUP_LOOP_LOAD: the
+    // gets are `get_or_insert_with` hits.
+    let em = if std::env::var_os("LOOKUP_LOOP_IDLE").is_some() {
+        ExpireMap::<u64, u64>::builder().time_to_idle(TTL).build()
+    } else {
+        ExpireMap::<u64, u64>::new()
+    };
+    let load = std::env::var_os("LOOKUP_LOOP_LOAD").is_some();
     for i in 0..KEYS {
         em.put(mix64(i), i, TTL);
     }
     let mut rng = SplitMix64(11);
+    if load {
+        for _ in 0..gets {
+            let k = mix64(rng.next_u64() % KEYS);
+            black_box(em.get_or_insert_with(k, TTL, || unreachable!()));
+        }
+        return;
+    }
     for _ in 0..gets {
         black_box(em.get(&mix64(rng.next_u64() % KEYS)));
     }

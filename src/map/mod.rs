@@ -698,7 +698,8 @@ where
     /// ```
     pub fn put_if_absent(&self, key: K, value: V, ttl: Duration) -> Option<V> {
         if ttl.is_zero() {
-            return self.get(&key);
+            // A read of the live value, not an access (as with a TTL).
+            return self.is_live(&key, false, V::clone);
         }
         self.put_slow(key, value, ttl, PutIf::Absent)
             .unwrap_or(None)
