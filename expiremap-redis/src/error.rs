@@ -21,8 +21,9 @@ pub enum Error {
     Connection(Arc<io::Error>),
     /// The server answered with an error reply (`-ERR ...`, `-NOAUTH ...`).
     Server(String),
-    /// The server's reply did not have the expected shape (not a Redis 7
-    /// compatible server, or a key of another type under the prefix).
+    /// The server's reply did not have the expected shape (not a server
+    /// compatible with Redis 6.2 or later). A key of another Redis type under
+    /// the prefix is a [`Error::Server`] (`WRONGTYPE`).
     Protocol(String),
     /// A key or value could not be encoded, or bytes read from the server
     /// could not be decoded as the cache's key or value type.

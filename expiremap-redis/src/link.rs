@@ -55,7 +55,7 @@ const FETCH: &str = "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS
 /// (and `ExpireMap::put` reads its own clock a little after ours). A near
 /// copy's life is cut by this much, so that it ends before the earliest
 /// instant the server could drop the key.
-pub(crate) const SLACK: Duration = Duration::from_millis(2);
+const SLACK: Duration = Duration::from_millis(2);
 
 /// Largest `PX` we send (about 35,000 years): the server refuses a deadline
 /// past `i64::MAX` ms.
