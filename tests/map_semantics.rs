@@ -594,3 +594,78 @@ fn a_zero_time_to_idle_is_rejected() {
     assert_eq!(e, BuildError::TimeToIdle(Duration::ZERO));
     assert!(e.to_string().contains("time_to_idle"), "{e}");
 }
+
+/// Exact hit and miss counts over a single-threaded sequence, and what
+/// counts: `get`, `get_with_ttl` and loading calls (once each), not `ttl`,
+/// `contains_key` or writes. Off by default.
+#[test]
+fn stats_count_hits_and_misses_exactly() {
+    let clock = ManualClock::new();
+    let map = ExpireMap::<u32, u32>::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .record_stats(true)
+        .shards(1)
+        .max_entries(2)
+        .build();
+    let hm = |m: &ExpireMap<u32, u32>| (m.stats().hits, m.stats().misses);
+    assert_eq!(hm(&map), (0, 0));
+    map.put(1, 1, 10 * MS);
+    assert_eq!(map.get(&1), Some(1)); // hit
+    assert_eq!(map.get(&2), None); // miss
+    assert!(map.get_with_ttl(&1).is_some()); // hit
+    assert!(map.ttl(&1).is_some() && map.contains_key(&1)); // not counted
+    map.put_if_absent(1, 5, MS); // not counted
+    assert_eq!(hm(&map), (2, 1));
+    assert_eq!(map.get_or_insert_with(2, MS, || 2), 2); // miss (loads)
+    assert_eq!(map.get_or_insert_with(2, MS, || 9), 2); // hit
+    let _ = map.try_get_or_insert_with(3, MS, || Err::<u32, _>(())); // miss
+    assert_eq!(hm(&map), (3, 3));
+    clock.advance(10 * MS + Duration::from_nanos(1));
+    assert_eq!(map.get(&1), None, "expired: a miss");
+    assert_eq!(hm(&map), (3, 4));
+    // The bound: a third key pushes one out (or is refused): Size.
+    map.put(4, 4, MS);
+    map.put(5, 5, MS);
+    map.put(6, 6, MS);
+    let s = map.stats();
+    assert!(s.size_evicted >= 1, "{s:?}");
+    // Lateness: evicted 3 ms after its deadline at the earliest.
+    map.put(7, 7, MS);
+    clock.advance(4 * MS);
+    map.evict_expired();
+    let s = map.stats();
+    assert!(s.evicted >= 1 && s.max_lateness >= 3 * MS, "{s:?}");
+    assert!(s.max_lateness <= 4 * MS, "{s:?}");
+
+    let off = ExpireMap::<u32, u32>::new();
+    off.put(1, 1, MS);
+    off.get(&1);
+    off.get(&2);
+    assert_eq!(hm(&off), (0, 0), "off by default");
+}
+
+/// Hits and misses from 4 threads add up exactly.
+#[test]
+fn stats_from_many_threads_add_up() {
+    let map = Arc::new(ExpireMap::<u32, u32>::builder().record_stats(true).build());
+    for k in 0..100 {
+        map.put(k, k, Duration::from_secs(3600));
+    }
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let map = map.clone();
+            std::thread::spawn(move || {
+                for i in 0..10_000u32 {
+                    map.get(&((i * 7 + t) % 200)); // keys 0..100 hit, 100..200 miss
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = map.stats();
+    assert_eq!(s.hits + s.misses, 40_000);
+    assert_eq!(s.hits, 20_000, "{s:?}");
+}

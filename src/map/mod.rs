@@ -25,6 +25,7 @@ mod iter;
 mod load;
 mod policy;
 mod shard;
+mod stats;
 mod table;
 
 /// Hints the CPU to start loading the cache line of `value`.
@@ -155,6 +156,12 @@ struct Inner<K, V, S> {
     signal: Arc<Signal>,
     events: Events<K, V>,
     evicted: AtomicU64,
+    /// Values pushed out (or refused) by the bound.
+    size_evicted: AtomicU64,
+    /// The largest lateness of an eviction (removal time - deadline), ns.
+    max_lateness: AtomicU64,
+    /// Hit and miss counts, with `record_stats`.
+    reads: Option<stats::Reads>,
     /// Weighs entries against `max_weight`; runs before the shard lock.
     weigher: Option<Weigher<K, V>>,
     /// `get_or_insert_with`'s loads in flight.
@@ -292,10 +299,23 @@ where
     }
 }
 
-/// Counters of a map's eviction work, from [`ExpireMap::stats`].
+/// Counters of a map's reads and eviction work, from [`ExpireMap::stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
+    /// Reads that found a live value: `get`, `get_with_ttl`, and
+    /// `get_or_insert_with` hits. Counted only with
+    /// [`Builder::record_stats`]; 0 otherwise.
+    pub hits: u64,
+    /// Reads that found no live value (a `get_or_insert_with` miss counts
+    /// once, however long it waits or loads). As `hits`.
+    pub misses: u64,
+    /// Values pushed out, or refused, by the capacity bound (published as
+    /// [`Cause::Size`]).
+    pub size_evicted: u64,
+    /// The latest any eviction of an expired entry came: removal time minus
+    /// deadline, the largest seen.
+    pub max_lateness: Duration,
     /// Entries evicted because their deadline passed (by the thread or
     /// [`ExpireMap::evict_expired`]).
     pub evicted: u64,
@@ -362,6 +382,9 @@ where
             })
             .collect();
         let background = config.background_eviction;
+        let reads = config
+            .record_stats
+            .then(|| stats::Reads::new(2 * sync::available_parallelism()));
         let inner = Arc::new(Inner {
             shards,
             hasher,
@@ -373,6 +396,9 @@ where
                 sender: RwLock::new(None),
             },
             evicted: AtomicU64::new(0),
+            size_evicted: AtomicU64::new(0),
+            max_lateness: AtomicU64::new(0),
+            reads,
             weigher,
             loads: load::Loads::new(),
             finish: Inner::shutdown,
@@ -512,7 +538,17 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.is_live(key, true, V::clone)
+        let r = self.is_live(key, true, V::clone);
+        self.count(r.is_some());
+        r
+    }
+
+    /// Counts a read for [`stats`](Self::stats), if asked to.
+    #[inline]
+    fn count(&self, hit: bool) {
+        if let Some(r) = &self.inner.reads {
+            r.count(hit);
+        }
     }
 
     /// The value for `key` and its remaining time to live, read together.
@@ -521,7 +557,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read_live(key, true, |value, left| (value.clone(), left))
+        let r = self.read_live(key, true, |value, left| (value.clone(), left));
+        self.count(r.is_some());
+        r
     }
 
     /// The remaining time to live of a live entry.
@@ -900,9 +938,16 @@ where
     ) -> Result<V, E> {
         let inner = &*self.inner;
         let mut init = Some(init);
+        // A hit or a miss, counted once.
+        if let Some(v) = self.get(&key) {
+            return Ok(v);
+        }
+        let mut first = true;
         loop {
-            if let Some(v) = self.get(&key) {
-                return Ok(v);
+            if !std::mem::take(&mut first) {
+                if let Some(v) = self.is_live(&key, true, V::clone) {
+                    return Ok(v);
+                }
             }
             let hash = inner.hasher.hash_one(&key);
             match inner.loads.begin(hash, key.clone()) {
@@ -915,7 +960,7 @@ where
                 }
                 load::Turn::Load(mut guard) => {
                     // A put between the miss and the registration.
-                    if let Some(v) = self.get(&key) {
+                    if let Some(v) = self.is_live(&key, true, V::clone) {
                         guard.done(v.clone());
                         return Ok(v);
                     }
@@ -1019,10 +1064,30 @@ where
         sender.subscribe().map(Subscriber::new)
     }
 
-    /// Counters of eviction work so far.
+    /// Counters of reads (with [`Builder::record_stats`]) and of eviction
+    /// work so far.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map = ExpireMap::<u32, u32>::builder().record_stats(true).build();
+    /// map.put(1, 1, Duration::from_secs(60));
+    /// map.get(&1);
+    /// map.get(&2);
+    /// map.get_or_insert_with(3, Duration::from_secs(60), || 3); // a miss, loaded
+    /// map.get_or_insert_with(3, Duration::from_secs(60), || 3); // a hit
+    /// let s = map.stats();
+    /// assert_eq!((s.hits, s.misses), (2, 2));
+    /// ```
     pub fn stats(&self) -> Stats {
         let s = &self.inner.signal;
+        let (hits, misses) = self.inner.reads.as_ref().map_or((0, 0), |r| r.totals());
         Stats {
+            hits,
+            misses,
+            size_evicted: self.inner.size_evicted.load(Ordering::Relaxed),
+            max_lateness: Duration::from_nanos(self.inner.max_lateness.load(Ordering::Relaxed)),
             evicted: self.inner.evicted.load(Ordering::Relaxed),
             passes: s.passes.load(Ordering::Relaxed),
             wakeups: s.wakeups.load(Ordering::Relaxed),
@@ -1097,6 +1162,9 @@ where
     fn leave(&self, old: Removed<K, V>, now: u64) -> Option<V> {
         match old.door {
             door @ (Door::Expired | Door::Size) => {
+                if door == Door::Size {
+                    self.size_evicted.fetch_add(1, Ordering::Relaxed);
+                }
                 if let Some(s) = self.events.live_sender() {
                     let cause = if door == Door::Size {
                         Cause::Size
@@ -1219,9 +1287,11 @@ where
 
     /// Publishes or drops a batch of evicted entries, outside every lock.
     fn release(&self, batch: &mut Vec<Removed<K, V>>, now: u64) {
-        if batch.is_empty() {
+        // Every evicted deadline is below `now` (see `Shard::evict`).
+        let Some(late) = batch.iter().map(|r| now - r.deadline).max() else {
             return;
-        }
+        };
+        self.max_lateness.fetch_max(late, Ordering::Relaxed);
         match self.events.live_sender() {
             // One wake-up of parked subscribers per batch, not per event.
             Some(s) => s.send_batch(

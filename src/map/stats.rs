@@ -1,0 +1,71 @@
+//! The read counters of [`Builder::record_stats`](super::Builder::record_stats):
+//! striped, so that reads on different threads count on different cache
+//! lines.
+
+use crate::sync::{AtomicU64, CachePadded, Ordering};
+use std::cell::Cell;
+
+/// One stripe: hits and misses, alone on its cache line(s).
+#[derive(Default)]
+struct Stripe {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+/// Hit and miss counts, one stripe per thread slot.
+pub(crate) struct Reads {
+    stripes: Box<[CachePadded<Stripe>]>,
+}
+
+/// Hands out stripe slots to threads, round robin. A plain std atomic even
+/// under loom: which stripe a thread counts on is no part of any protocol.
+static NEXT_SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+std::thread_local! {
+    /// This thread's stripe slot (`usize::MAX`: not assigned yet).
+    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The calling thread's slot: stable for its life, different from the
+/// slots of the threads started just before and after it.
+#[inline]
+fn slot() -> usize {
+    SLOT.with(|s| {
+        let mut v = s.get();
+        if v == usize::MAX {
+            v = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            s.set(v);
+        }
+        v
+    })
+}
+
+impl Reads {
+    /// Stripes for `threads` threads at once (a power of two at least that).
+    pub(crate) fn new(threads: usize) -> Self {
+        let n = threads.max(1).next_power_of_two();
+        Self {
+            stripes: (0..n)
+                .map(|_| CachePadded::new(Stripe::default()))
+                .collect(),
+        }
+    }
+
+    /// Counts one read: a hit if it found a live value.
+    #[inline]
+    pub(crate) fn count(&self, hit: bool) {
+        let s = &self.stripes[slot() & (self.stripes.len() - 1)];
+        let c = if hit { &s.hits } else { &s.misses };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The totals: (hits, misses).
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        self.stripes.iter().fold((0, 0), |(h, m), s| {
+            (
+                h + s.hits.load(Ordering::Relaxed),
+                m + s.misses.load(Ordering::Relaxed),
+            )
+        })
+    }
+}
