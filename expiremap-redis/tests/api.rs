@@ -193,3 +193,37 @@ fn bad_settings_are_config_errors() {
     c.put(1, 1, Duration::ZERO).unwrap();
     assert_eq!(c.get(&1).unwrap(), None);
 }
+
+#[test]
+fn password_and_database_from_the_url() {
+    let s = Server::start_with(&["--requirepass", "s3cret"]);
+    let url = format!("redis://:s3cret@127.0.0.1:{}/3", s.port);
+    let a: NearCache<String, u64> = NearCache::builder(url.as_str())
+        .prefix("p:")
+        .build()
+        .unwrap();
+    let b: NearCache<String, u64> = NearCache::builder(url.as_str())
+        .prefix("p:")
+        .build()
+        .unwrap();
+    a.put("k".into(), 1, HOUR).unwrap();
+    assert_eq!(b.get(&"k".to_string()).unwrap(), Some(1));
+    a.put("k".into(), 2, HOUR).unwrap();
+    eventually("invalidation", || {
+        (b.peek_near(&"k".to_string()) != Some(1)).then_some(())
+    });
+    assert_eq!(b.get(&"k".to_string()).unwrap(), Some(2));
+    // The value is in database 3, not 0.
+    let mut raw = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{}/0", s.port))
+        .and_then(|c| c.get_connection())
+        .unwrap();
+    let n: i64 = redis::cmd("DBSIZE").query(&mut raw).unwrap();
+    assert_eq!(n, 0);
+
+    let wrong = format!("redis://:nope@127.0.0.1:{}", s.port);
+    let r = NearCache::<String, u64>::builder(wrong).build();
+    assert!(matches!(r, Err(Error::Server(_))), "{r:?}");
+    let none = format!("redis://127.0.0.1:{}", s.port);
+    let r = NearCache::<String, u64>::builder(none).build();
+    assert!(matches!(r, Err(Error::Server(_))), "{r:?}");
+}

@@ -16,6 +16,7 @@ pub struct Server {
     child: Option<Child>,
     pub port: u16,
     dir: PathBuf,
+    extra: Vec<String>,
 }
 
 fn binary() -> String {
@@ -32,6 +33,11 @@ fn binary() -> String {
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with extra command-line settings (`["--requirepass", "x"]`).
+    pub fn start_with(extra: &[&str]) -> Server {
         static N: AtomicU32 = AtomicU32::new(0);
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -47,6 +53,7 @@ impl Server {
             child: None,
             port,
             dir,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         s.spawn();
         s
@@ -59,6 +66,7 @@ impl Server {
             .args(["--protected-mode", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
