@@ -111,6 +111,8 @@ fn count_gets(gets: u64) {
         ExpireMap::<u64, u64>::new()
     };
     let load = std::env::var_os("LOOKUP_LOOP_LOAD").is_some();
+    // LOOKUP_LOOP_EXACT: the gets are `get_with_ttl` (the exact clock).
+    let exact = std::env::var_os("LOOKUP_LOOP_EXACT").is_some();
     for i in 0..KEYS {
         em.put(mix64(i), i, TTL);
     }
@@ -119,6 +121,12 @@ fn count_gets(gets: u64) {
         for _ in 0..gets {
             let k = mix64(rng.next_u64() % KEYS);
             black_box(em.get_or_insert_with(k, TTL, || unreachable!()));
+        }
+        return;
+    }
+    if exact {
+        for _ in 0..gets {
+            black_box(em.get_with_ttl(&mix64(rng.next_u64() % KEYS)));
         }
         return;
     }

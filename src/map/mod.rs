@@ -75,6 +75,18 @@ enum PutIf<'a, K, V> {
     },
 }
 
+/// What a read counts as.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// A user's read of a value: an access for idle expiry, and a hit or
+    /// miss for stats.
+    Get,
+    /// An access, not counted (a loading call's later looks).
+    Access,
+    /// Neither (`contains_key`, and reads that only compare).
+    Peek,
+}
+
 /// `put_slow`'s `Unchanged` condition failed: read again.
 struct Stale;
 
@@ -162,6 +174,9 @@ struct Inner<K, V, S> {
     max_lateness: AtomicU64,
     /// Hit and miss counts, with `record_stats`.
     reads: Option<stats::Reads>,
+    /// Reads go out of line ([`ExpireMap::read_extra`]): the map has idle
+    /// expiry or records stats.
+    read_extras: bool,
     /// Weighs entries against `max_weight`; runs before the shard lock.
     weigher: Option<Weigher<K, V>>,
     /// `get_or_insert_with`'s loads in flight.
@@ -385,6 +400,7 @@ where
         let reads = config
             .record_stats
             .then(|| stats::Reads::new(2 * sync::available_parallelism()));
+        let read_extras = reads.is_some() || config.idle.is_some();
         let inner = Arc::new(Inner {
             shards,
             hasher,
@@ -398,6 +414,7 @@ where
             evicted: AtomicU64::new(0),
             size_evicted: AtomicU64::new(0),
             max_lateness: AtomicU64::new(0),
+            read_extras,
             reads,
             weigher,
             loads: load::Loads::new(),
@@ -538,9 +555,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let r = self.is_live(key, true, V::clone);
-        self.count(r.is_some());
-        r
+        self.is_live(key, Read::Get, V::clone)
     }
 
     /// Counts a read for [`stats`](Self::stats), if asked to.
@@ -593,23 +608,52 @@ where
     /// shard's read lock. Unlike [`read_live`](Self::read_live) it never
     /// needs the exact time, only whether the deadline has passed: a cheap
     /// upper bound on the clock usually settles that (see `Time::live`).
-    /// With idle expiry, a read that counts as an access needs the exact
-    /// time to record: it goes the way of `read_live`.
-    #[inline]
-    fn is_live<Q, R>(&self, key: &Q, access: bool, f: impl FnOnce(&V) -> R) -> Option<R>
+    /// A map with idle expiry or stats goes out of line, so that other
+    /// maps' reads are what they were without them.
+    #[inline(always)]
+    fn is_live<Q, R>(&self, key: &Q, read: Read, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if access && self.inner.config.idle.is_some() {
-            return self.read_live(key, true, |value, _| f(value));
+        if self.inner.read_extras {
+            return self.read_extra(key, read, f);
         }
-        self.lookup(key, Time::now_at_most, |bound, found| {
-            self.inner
-                .clock
-                .live(bound, found.deadline)
-                .then(|| f(found.value))
-        })
+        self.read_plain(key, f)
+    }
+
+    /// [`is_live`](Self::is_live) in a map without idle expiry or stats.
+    #[inline(always)]
+    fn read_plain<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let (shard, home, bound) =
+            inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now_at_most);
+        let (value, deadline) = shard.get_plain(home, hash, key)?;
+        inner.clock.live(bound, deadline).then(|| f(value))
+    }
+
+    /// [`is_live`](Self::is_live) in a map with idle expiry (the exact
+    /// time, recorded if the read is an access) or stats (the count).
+    #[inline(never)]
+    fn read_extra<Q, R>(&self, key: &Q, read: Read, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let r = if self.inner.config.idle.is_some() {
+            self.read_live(key, read != Read::Peek, |value, _| f(value))
+        } else {
+            self.read_plain(key, f)
+        };
+        if read == Read::Get {
+            self.count(r.is_some());
+        }
+        r
     }
 
     /// The shared shape of the reads: hash `key`, take the shard's read
@@ -640,7 +684,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.is_live(key, false, |_| ()).is_some()
+        self.is_live(key, Read::Peek, |_| ()).is_some()
     }
 
     /// Removes `key`. Returns its value only if it was live; a value already
@@ -737,7 +781,7 @@ where
     pub fn put_if_absent(&self, key: K, value: V, ttl: Duration) -> Option<V> {
         if ttl.is_zero() {
             // A read of the live value, not an access (as with a TTL).
-            return self.is_live(&key, false, V::clone);
+            return self.is_live(&key, Read::Peek, V::clone);
         }
         self.put_slow(key, value, ttl, PutIf::Absent)
             .unwrap_or(None)
@@ -945,7 +989,7 @@ where
         let mut first = true;
         loop {
             if !std::mem::take(&mut first) {
-                if let Some(v) = self.is_live(&key, true, V::clone) {
+                if let Some(v) = self.is_live(&key, Read::Access, V::clone) {
                     return Ok(v);
                 }
             }
@@ -960,7 +1004,7 @@ where
                 }
                 load::Turn::Load(mut guard) => {
                     // A put between the miss and the registration.
-                    if let Some(v) = self.is_live(&key, true, V::clone) {
+                    if let Some(v) = self.is_live(&key, Read::Access, V::clone) {
                         guard.done(v.clone());
                         return Ok(v);
                     }

@@ -185,6 +185,20 @@ impl<K, V> Nodes<K, V> {
         &self.idle[chunk][at]
     }
 
+    /// [`idle`](Self::idle) without bounds checks.
+    ///
+    /// # Safety
+    ///
+    /// `index < self.len()`, and the slab tracks idle time (then `push`
+    /// gave every node an idle record, in the same chunk shape).
+    #[inline]
+    unsafe fn idle_unchecked(&self, index: u32) -> &Idle {
+        let (chunk, at) = Self::split(index as usize);
+        // SAFETY: as for `get_unchecked`: `push` fills `idle` beside
+        // `chunks`, in order, whenever `tracks_idle`.
+        unsafe { self.idle.get_unchecked(chunk).get_unchecked(at) }
+    }
+
     /// Nodes ever pushed (live and vacant).
     #[inline]
     fn len(&self) -> usize {
@@ -903,17 +917,44 @@ impl<K, V> Shard<K, V> {
         })
     }
 
+    /// [`get_from`](Self::get_from) in a shard without idle expiry, where
+    /// an entry's deadline is its node's: the value and that deadline.
+    /// Only the shape of the result differs, so that the hottest read keeps
+    /// it small; in a shard with idle expiry it is wrong (not unsafe).
+    #[inline(always)]
+    pub(crate) fn get_plain<Q>(&self, home: Home, hash: u64, key: &Q) -> Option<(&V, u64)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        debug_assert!(!self.wheel.slab.nodes.tracks_idle);
+        let slab = &self.wheel.slab;
+        let index = self.table.find_from(home, hash as u32, is_key(slab, key))?;
+        // SAFETY: the table holds only live indices (slab invariant).
+        let node = unsafe { slab.live(index) };
+        if self.wheel.bound.is_some() {
+            node.hit();
+        }
+        // SAFETY: as above; a live node's `kv` is initialised.
+        Some((&unsafe { node.kv.assume_init_ref() }.1, node.deadline))
+    }
+
     /// The part of [`get_from`](Self::get_from) only a map with idle expiry
-    /// runs, out of line so that the others' lookups stay small.
-    #[inline(never)]
+    /// runs: its read of the node's idle record.
+    #[inline]
     fn found_idle<'a>(&'a self, index: u32, value: &'a V) -> Found<'a, V> {
         let slab = &self.wheel.slab;
-        let idle = slab.nodes.idle(index);
+        // SAFETY: `index` came from the table, so it is live (slab
+        // invariant) and below `nodes.len()`; a shard that tracks idle time
+        // pushes an idle record with every node.
+        let idle = unsafe { slab.nodes.idle_unchecked(index) };
+        let d = slab.idle.unwrap_or(u64::MAX);
+        let access = idle.access.load(Ordering::Relaxed);
         Found {
             value,
-            deadline: slab.live_until(index),
+            deadline: idle.write.min(access.saturating_add(d)),
             write: idle.write,
-            access: slab.idle.map(|d| (&idle.access, d)),
+            access: Some((&idle.access, d)),
         }
     }
 
