@@ -633,3 +633,80 @@ fn weights_decide_what_fits() {
     assert_eq!((s.len(), s.usage()), (0, Some((0, 10))));
     s.validate();
 }
+
+/// The random shard test with idle expiry: reads record accesses under a
+/// shared reference, eviction moves the timers of entries read since, and
+/// every door uses the effective deadline `min(write, access + idle)`.
+#[test]
+fn an_idle_shard_evicts_at_the_effective_deadline() {
+    const IDLE: u64 = 3 * P;
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 5, 0).idle(IDLE);
+    // key -> (value, write deadline, last access)
+    let mut model: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+    let until = |m: &(u64, u64, u64)| m.1.min(m.2 + IDLE);
+    let mut rnd = xorshift(0x1D1E_5EED);
+    let mut now = 0u64;
+    let mut out = Vec::new();
+    for step in 0..if cfg!(miri) { 400 } else { 50_000 } {
+        let k = rnd(32);
+        match rnd(10) {
+            0..=2 => {
+                let d = now + 1 + rnd(20 * P);
+                match s.put_owned(h(k), k, step, d, now) {
+                    PutOutcome::Inserted => assert!(!model.contains_key(&k)),
+                    PutOutcome::Overwrote(r) => {
+                        let m = model[&k];
+                        let door = if now <= until(&m) {
+                            Door::Replaced
+                        } else {
+                            Door::Expired
+                        };
+                        assert_eq!((r.value, r.door), (m.0, door));
+                    }
+                    PutOutcome::Refused => unreachable!("unbounded"),
+                }
+                model.insert(k, (step, d, now));
+            }
+            3 => {
+                let r = s.remove(h(k), &k, now);
+                assert_eq!(r.map(|r| r.value), model.remove(&k).map(|m| m.0));
+            }
+            4 => {
+                // expire: sets the write deadline, not an access.
+                let d = now + 1 + rnd(5 * P);
+                let live = model.get(&k).is_some_and(|m| now <= until(m));
+                let done = s.touch(h(k), &k, d, now, super::ExpireIf::Always);
+                assert_eq!(done.is_some(), live);
+                if live {
+                    model.get_mut(&k).unwrap().1 = d;
+                }
+            }
+            5 | 6 => now += rnd(2 * P),
+            7 => {
+                while s.evict(now, 2, &mut out).0 {}
+                for r in out.drain(..) {
+                    let m = model.remove(&r.key).expect("evicted a key not held");
+                    assert_eq!(r.value, m.0);
+                    assert!(until(&m) < now, "evicted early");
+                }
+                for m in model.values() {
+                    assert!((until(m) / P + 1) > now / P, "a due entry was left");
+                }
+            }
+            _ => {
+                // A read that counts as an access.
+                let got = s.get_from(s.start(h(k)), h(k), &k).and_then(|mut f| {
+                    f.accessed(now);
+                    (now <= f.deadline).then_some((*f.value, f.deadline))
+                });
+                let want = model.get_mut(&k).filter(|m| now <= until(m)).map(|m| {
+                    m.2 = now;
+                    (m.0, until(m))
+                });
+                assert_eq!(got, want, "step {step}");
+            }
+        }
+        s.validate();
+        assert_eq!(s.len(), model.len());
+    }
+}
