@@ -86,6 +86,17 @@ struct Entry {
     deadline: u64,
 }
 
+/// The model's live entries at `t`, sorted.
+fn live_in(model: &HashMap<u64, Entry>, t: u64) -> Vec<(u64, u64)> {
+    let mut live: Vec<(u64, u64)> = model
+        .iter()
+        .filter(|(_, e)| t <= e.deadline)
+        .map(|(&k, e)| (k, e.value))
+        .collect();
+    live.sort_unstable();
+    live
+}
+
 /// `f`'s verdict in the shadow test: a function of the key, the value and
 /// a per-call salt, so that `retain` calls differ.
 fn keeps(salt: u64, key: u64, value: u64) -> bool {
@@ -172,12 +183,7 @@ fn shadow(seed: u64, ops: usize, idle: Option<u64>) {
             89..=95 => {
                 let mut got: Vec<(u64, u64)> = map.iter().collect();
                 got.sort_unstable();
-                let mut live: Vec<(u64, u64)> = model
-                    .iter()
-                    .filter(|(_, e)| t <= e.deadline)
-                    .map(|(&k, e)| (k, e.value))
-                    .collect();
-                live.sort_unstable();
+                let live = live_in(&model, t);
                 assert_eq!(got, live, "{ctx}: iter");
                 let mut keys: Vec<u64> = map.keys().collect();
                 keys.sort_unstable();
@@ -192,12 +198,7 @@ fn shadow(seed: u64, ops: usize, idle: Option<u64>) {
                     keeps(salt, k, v)
                 });
                 asked.sort_unstable();
-                let mut live: Vec<(u64, u64)> = model
-                    .iter()
-                    .filter(|(_, e)| t <= e.deadline)
-                    .map(|(&k, e)| (k, e.value))
-                    .collect();
-                live.sort_unstable();
+                let live = live_in(&model, t);
                 assert_eq!(asked, live, "{ctx}: retain asks about each live entry once");
                 for (k, v) in live {
                     if !keeps(salt, k, v) {

@@ -502,17 +502,23 @@ fn replace_only_over_a_live_entry() {
     );
 }
 
+/// A map driven by hand on a `ManualClock`, with `time_to_idle(idle)`.
+fn idle_map(idle: Duration) -> (ExpireMap<u32, u32>, ManualClock) {
+    let clock = ManualClock::new();
+    let map = ExpireMap::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .time_to_idle(idle)
+        .build();
+    (map, clock)
+}
+
 /// Idle expiry at the exact boundary: visible at `last access + d`, gone
 /// 1 ns later; `ttl` and `contains_key` are not accesses, `get`,
 /// `get_with_ttl` and writes are; the write deadline still bounds it.
 #[test]
 fn idle_expiry_at_the_exact_boundary() {
-    let clock = ManualClock::new();
-    let map = ExpireMap::<u32, u32>::builder()
-        .clock(clock.clone())
-        .background_eviction(false)
-        .time_to_idle(10 * MS)
-        .build();
+    let (map, clock) = idle_map(10 * MS);
     let mut sub = map.subscribe().unwrap();
     let ns = Duration::from_nanos(1);
     map.put(1, 1, 25 * MS);
@@ -560,12 +566,7 @@ fn idle_expiry_at_the_exact_boundary() {
 /// moves the timer instead of evicting, and evicts at the new deadline.
 #[test]
 fn eviction_moves_the_timer_of_an_entry_read_since() {
-    let clock = ManualClock::new();
-    let map = ExpireMap::<u32, u32>::builder()
-        .clock(clock.clone())
-        .background_eviction(false)
-        .time_to_idle(10 * MS)
-        .build();
+    let (map, clock) = idle_map(10 * MS);
     map.put(1, 1, Duration::from_secs(60));
     for _ in 0..20 {
         clock.advance(8 * MS);

@@ -235,6 +235,17 @@ fn single_threaded_with<S>(
         };
         let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
         let mut expected_events = Vec::new();
+        // The model's side of a store of this step's `serial` for `key`.
+        macro_rules! stored {
+            ($deadline:expr) => {
+                store(
+                    &mut model,
+                    &mut expected_events,
+                    (key, serial, $deadline, t),
+                    idle,
+                )
+            };
+        }
         match rng.below(100) {
             0..=4 => {
                 // put_if_absent: stores only over an absent or expired entry.
@@ -243,12 +254,7 @@ fn single_threaded_with<S>(
                 assert_eq!(r, live.map(|m| m.value), "{ctx}: put_if_absent");
                 if live.is_none() && !ttl.is_zero() {
                     let deadline = t.saturating_add(ttl_ns);
-                    store(
-                        &mut model,
-                        &mut expected_events,
-                        (key, serial, deadline, t),
-                        idle,
-                    );
+                    stored!(deadline);
                 }
             }
             5..=29 => {
@@ -259,12 +265,7 @@ fn single_threaded_with<S>(
                 } else {
                     assert_eq!(r, live.map(|m| m.value), "{ctx}: put");
                     let deadline = t.saturating_add(ttl_ns);
-                    store(
-                        &mut model,
-                        &mut expected_events,
-                        (key, serial, deadline, t),
-                        idle,
-                    );
+                    stored!(deadline);
                 }
             }
             30..=44 => {
@@ -289,12 +290,7 @@ fn single_threaded_with<S>(
                 );
                 if live.is_none() && !ttl.is_zero() {
                     let deadline = t.saturating_add(ttl_ns);
-                    store(
-                        &mut model,
-                        &mut expected_events,
-                        (key, serial, deadline, t),
-                        idle,
-                    );
+                    stored!(deadline);
                 }
             }
             50..=52 => {
@@ -318,12 +314,7 @@ fn single_threaded_with<S>(
                     assert_eq!(r, live.map(|m| m.value), "{ctx}: replace");
                     if live.is_some() {
                         let deadline = t.saturating_add(ttl_ns);
-                        store(
-                            &mut model,
-                            &mut expected_events,
-                            (key, serial, deadline, t),
-                            idle,
-                        );
+                        stored!(deadline);
                     }
                 }
             }
@@ -365,12 +356,7 @@ fn single_threaded_with<S>(
                 assert_eq!(r, want, "{ctx}: update");
                 match (choice, new) {
                     (_, Some(deadline)) => {
-                        store(
-                            &mut model,
-                            &mut expected_events,
-                            (key, serial, deadline, t),
-                            idle,
-                        );
+                        stored!(deadline);
                     }
                     (1, _) => remove(&mut model, &mut expected_events, key, t),
                     _ => {}
