@@ -273,22 +273,34 @@ fn single_threaded_with<S>(
                 accessed(&mut model);
             }
             45..=49 => {
-                // get_or_insert_with: a hit returns the live value and runs
-                // no init; a miss loads, and stores unless the TTL is zero.
+                // get_or_insert_with, or try_ with an init that may fail: a
+                // hit returns the live value and runs no init; a miss loads,
+                // and stores unless the TTL is zero or the init failed.
                 serial += 1;
                 let mut ran = false;
-                let r = map.get_or_insert_with(key, ttl, || {
-                    ran = true;
-                    serial
-                });
+                let try_ = rng.below(2) == 1;
+                let fails = try_ && rng.below(3) == 0;
+                let r = if !try_ {
+                    Ok(map.get_or_insert_with(key, ttl, || {
+                        ran = true;
+                        serial
+                    }))
+                } else {
+                    map.try_get_or_insert_with(key, ttl, || {
+                        ran = true;
+                        if fails { Err("failed") } else { Ok(serial) }
+                    })
+                };
                 assert_eq!(ran, live.is_none(), "{ctx}: init ran on a hit");
                 accessed(&mut model);
-                assert_eq!(
-                    r,
-                    live.map_or(serial, |m| m.value),
-                    "{ctx}: get_or_insert_with"
-                );
-                if live.is_none() && !ttl.is_zero() {
+                let failed = ran && fails;
+                let want = match live {
+                    Some(m) => Ok(m.value),
+                    None if failed => Err("failed"),
+                    None => Ok(serial),
+                };
+                assert_eq!(r, want, "{ctx}: get_or_insert_with");
+                if live.is_none() && !ttl.is_zero() && !failed {
                     let deadline = t.saturating_add(ttl_ns);
                     stored!(deadline);
                 }
