@@ -1455,6 +1455,12 @@ impl<K, V> Shard<K, V> {
         for (i, &l) in live.iter().enumerate() {
             let vacant = w.slab.nodes[i].prev.load(Ordering::Relaxed) == VACANT;
             assert_eq!(vacant, !l, "node {i}: marked vacant {vacant}, live {l}");
+            // A timer is never later than its entry's effective deadline.
+            let timer = w.slab.nodes[i].deadline;
+            assert!(
+                !l || timer <= w.slab.live_until(i as u32),
+                "node {i}: timer at {timer} after its effective deadline"
+            );
         }
         if let Some(b) = &w.bound {
             let weights: u64 = (0..n as u32)
