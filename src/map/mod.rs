@@ -986,14 +986,8 @@ where
         if let Some(v) = self.get(&key) {
             return Ok(v);
         }
-        let mut first = true;
+        let hash = inner.hasher.hash_one(&key);
         loop {
-            if !std::mem::take(&mut first) {
-                if let Some(v) = self.is_live(&key, Read::Access, V::clone) {
-                    return Ok(v);
-                }
-            }
-            let hash = inner.hasher.hash_one(&key);
             match inner.loads.begin(hash, key.clone()) {
                 load::Turn::Wait(load) => {
                     let same = load.key == key;
@@ -1001,6 +995,9 @@ where
                         return Ok(v);
                     }
                     // It failed, or it loaded another key: look again.
+                    if let Some(v) = self.is_live(&key, Read::Access, V::clone) {
+                        return Ok(v);
+                    }
                 }
                 load::Turn::Load(mut guard) => {
                     // A put between the miss and the registration.
