@@ -1,8 +1,9 @@
 //! loom models of the map's concurrent protocols: the eviction thread's
 //! wake-up, shutdown, remove racing expiry, the last handle dropped on the
 //! eviction thread, two `evict_expired` callers racing a `remove`, the
-//! capacity bound under concurrent puts and eviction, and
-//! `get_or_insert_with`'s hand-off to waiters. Each also runs once as an
+//! capacity bound under concurrent puts and eviction,
+//! `get_or_insert_with`'s hand-off to waiters, and racing reads recording
+//! their accesses for idle expiry. Each also runs once as an
 //! ordinary test without `--cfg expiremap_loom`.
 //!
 //! A lost wake-up or a self-join shows up as a deadlock, which loom reports.
@@ -403,5 +404,49 @@ fn a_failing_load_hands_over_to_the_waiter() {
         // The first caller failed, or came after the second's load and hit.
         assert!(first == Err("down") || first == Ok(20), "{first:?}");
         assert_eq!(map.get(&1), Some(20));
+    });
+}
+
+/// Two reads of one entry in a map with idle expiry race, one of them after
+/// the clock moved: each records its access under the read lock (a
+/// compare-and-swap that only raises the last access), so the later time
+/// is kept whatever the interleaving. The entry is then live exactly until
+/// that access plus the time to idle: a lost or overwritten access would
+/// end it earlier. `contains_key` checks without recording an access.
+#[test]
+fn racing_accesses_keep_the_latest() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map: Arc<ExpireMap<u32, u32, Fixed>> = Arc::new(
+            ExpireMap::builder()
+                .hasher(Fixed::default())
+                .clock(clock.clone())
+                .shards(1)
+                .background_eviction(false)
+                .time_to_idle(10 * MS)
+                .build(),
+        );
+        map.put(1, 1, Duration::from_secs(3600));
+        clock.advance(5 * MS);
+        let a = {
+            let map = map.clone();
+            thread::spawn(move || map.get(&1))
+        };
+        let b = {
+            let (map, clock) = (map.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(2 * MS);
+                map.get(&1)
+            })
+        };
+        assert_eq!((a.join().unwrap(), b.join().unwrap()), (Some(1), Some(1)));
+        // The last access was at 7 ms.
+        clock.advance(10 * MS);
+        assert!(map.contains_key(&1), "the later access was lost");
+        clock.advance(Duration::from_nanos(1));
+        assert!(
+            !map.contains_key(&1),
+            "an access later than 7 ms was recorded"
+        );
     });
 }

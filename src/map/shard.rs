@@ -549,21 +549,56 @@ pub(crate) struct Found<'a, V> {
     pub(crate) deadline: u64,
     /// The deadline its last write set (the same without idle expiry).
     pub(crate) write: u64,
-    /// Its last access and the time to idle, in a map with idle expiry.
-    access: Option<(&'a AtomicU64, u64)>,
+    /// Its idle record, in a map with idle expiry.
+    idle: Option<Accesses<'a>>,
+}
+
+/// A found entry's idle record, as the lookup read it.
+struct Accesses<'a> {
+    /// Where its last access is kept.
+    at: &'a AtomicU64,
+    /// The last access the lookup saw there.
+    last: u64,
+    /// The map's time to idle.
+    idle: u64,
 }
 
 impl<V> Found<'_, V> {
-    /// Counts a read at `now` as an access, if the entry is live then and
-    /// the map has idle expiry, and moves `deadline` accordingly. Under the
-    /// read lock the lookup ran under.
+    /// Whether the entry is live at `now`; if so, and the map has idle
+    /// expiry, records a read at `now` as an access. Under the read lock the
+    /// lookup ran under.
+    ///
+    /// Racing reads keep the latest time: the store only ever raises it, by
+    /// a compare-and-swap from the value the lookup saw (usually the only
+    /// atomic operation of the read, and none when a later read got there
+    /// first).
     #[inline]
-    pub(crate) fn accessed(&mut self, now: u64) {
-        if let Some((a, idle)) = self.access {
-            if now <= self.deadline {
-                let last = a.fetch_max(now, Ordering::Relaxed).max(now);
-                self.deadline = self.write.min(last.saturating_add(idle));
+    pub(crate) fn access(&self, now: u64) -> bool {
+        if now > self.deadline {
+            return false;
+        }
+        if let Some(a) = &self.idle {
+            let mut last = a.last;
+            while last < now {
+                match a
+                    .at
+                    .compare_exchange_weak(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => break,
+                    Err(seen) => last = seen,
+                }
             }
+        }
+        true
+    }
+
+    /// The effective deadline once [`access`](Self::access) at `now` said
+    /// the entry was live.
+    #[inline]
+    pub(crate) fn deadline_after(&self, now: u64) -> u64 {
+        match &self.idle {
+            Some(a) => self.write.min(a.last.max(now).saturating_add(a.idle)),
+            None => self.deadline,
         }
     }
 }
@@ -913,7 +948,7 @@ impl<K, V> Shard<K, V> {
             value,
             deadline: node.deadline,
             write: node.deadline,
-            access: None,
+            idle: None,
         })
     }
 
@@ -949,12 +984,16 @@ impl<K, V> Shard<K, V> {
         // pushes an idle record with every node.
         let idle = unsafe { slab.nodes.idle_unchecked(index) };
         let d = slab.idle.unwrap_or(u64::MAX);
-        let access = idle.access.load(Ordering::Relaxed);
+        let last = idle.access.load(Ordering::Relaxed);
         Found {
             value,
-            deadline: idle.write.min(access.saturating_add(d)),
+            deadline: idle.write.min(last.saturating_add(d)),
             write: idle.write,
-            access: Some((&idle.access, d)),
+            idle: Some(Accesses {
+                at: &idle.access,
+                last,
+                idle: d,
+            }),
         }
     }
 

@@ -695,10 +695,9 @@ fn an_idle_shard_evicts_at_the_effective_deadline() {
             }
             _ => {
                 // A read that counts as an access.
-                let got = s.get_from(s.start(h(k)), h(k), &k).and_then(|mut f| {
-                    f.accessed(now);
-                    (now <= f.deadline).then_some((*f.value, f.deadline))
-                });
+                let got = s
+                    .get_from(s.start(h(k)), h(k), &k)
+                    .and_then(|f| f.access(now).then(|| (*f.value, f.deadline_after(now))));
                 let want = model.get_mut(&k).filter(|m| now <= until(m)).map(|m| {
                     m.2 = now;
                     (m.0, until(m))
