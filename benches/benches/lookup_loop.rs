@@ -103,13 +103,17 @@ fn adds() -> u64 {
 /// ```
 fn count_gets(gets: u64) {
     const KEYS: u64 = 100_000;
-    // LOOKUP_LOOP_IDLE: a map with `time_to_idle`; LOOKUP_LOOP_LOAD: the
-    // gets are `get_or_insert_with` hits.
-    let em = if std::env::var_os("LOOKUP_LOOP_IDLE").is_some() {
-        ExpireMap::<u64, u64>::builder().time_to_idle(TTL).build()
-    } else {
-        ExpireMap::<u64, u64>::new()
-    };
+    // LOOKUP_LOOP_IDLE: a map with `time_to_idle`; LOOKUP_LOOP_STATS: one
+    // with `record_stats`; LOOKUP_LOOP_LOAD: the gets are
+    // `get_or_insert_with` hits.
+    let mut builder = ExpireMap::<u64, u64>::builder();
+    if std::env::var_os("LOOKUP_LOOP_IDLE").is_some() {
+        builder = builder.time_to_idle(TTL);
+    }
+    if std::env::var_os("LOOKUP_LOOP_STATS").is_some() {
+        builder = builder.record_stats(true);
+    }
+    let em = builder.build();
     let load = std::env::var_os("LOOKUP_LOOP_LOAD").is_some();
     // LOOKUP_LOOP_EXACT: the gets are `get_with_ttl` (the exact clock).
     let exact = std::env::var_os("LOOKUP_LOOP_EXACT").is_some();
