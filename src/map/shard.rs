@@ -104,8 +104,9 @@ impl<K, V> Node<K, V> {
 /// only move the effective deadline later, and eviction moves the timer).
 struct Idle {
     write: u64,
-    /// Raised by reads under the read lock (`fetch_max`, so racing reads
-    /// keep the latest); set by writes under the write lock.
+    /// Raised by reads under the read lock (by a compare-and-swap that
+    /// only raises it, so racing reads keep the latest: `Found::access`);
+    /// set by writes under the write lock.
     access: AtomicU64,
 }
 
