@@ -19,7 +19,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
   || echo $((20000 + RANDOM % 20000)))
 dir=$(mktemp -d)
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-  --daemonize no --dir "$dir" >"$dir/log" 2>&1 &
+  --notify-keyspace-events Ex --daemonize no --dir "$dir" >"$dir/log" 2>&1 &
 server=$!
 stop_server() { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"; }
 trap stop_server EXIT

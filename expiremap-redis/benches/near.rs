@@ -1,5 +1,6 @@
-//! Near hit vs a plain Redis `GET` on loopback, in one run, and the
-//! invalidation delay between two caches (median, p99).
+//! Near hit vs a plain Redis `GET` on loopback, in one run, the
+//! invalidation delay between two caches (median, p99), and how late
+//! `subscribe_expirations` reports a key that expired in Redis.
 //!
 //! `cargo bench -p expiremap-redis --bench near` starts its own
 //! `redis-server` on a free loopback port (as the tests do) and stops it.
@@ -129,5 +130,48 @@ fn invalidation(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, get, invalidation);
+/// How long after a key's deadline `subscribe_expirations` reports it:
+/// keys with deadlines spread over one second, written through the cache,
+/// each report's time minus its put's start plus its TTL (Redis set the
+/// deadline a little after that start, so this is an upper bound). Nothing
+/// touches the keys: Redis finds them by its background sweep.
+fn expiration_delay() {
+    const N: u64 = 200;
+    let s = common::Server::start_with(&["--notify-keyspace-events", "Ex"]);
+    let writer = cache(&s);
+    let watcher: NearCache<u64, u64> = NearCache::builder(s.url())
+        .prefix("b:")
+        .redis_expirations(true)
+        .build()
+        .expect("connect");
+    let mut rx = watcher.subscribe_expirations().unwrap();
+    let mut deadline = Vec::with_capacity(N as usize);
+    for k in 0..N {
+        let ttl = Duration::from_millis(10 + 5 * k);
+        deadline.push(Instant::now() + ttl);
+        writer.put(k, k, ttl).unwrap();
+    }
+    let mut late = Vec::with_capacity(N as usize);
+    while late.len() < N as usize {
+        let k = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("every key's expiration is reported");
+        late.push(Instant::now().saturating_duration_since(deadline[k as usize]));
+    }
+    late.sort();
+    let q = |p: f64| late[((late.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "expiration report delay over {N} keys (deadlines over 1 s, no reads): \
+         median {:?} p99 {:?} max {:?}",
+        q(0.5),
+        q(0.99),
+        late[late.len() - 1]
+    );
+}
+
+fn delays(_: &mut Criterion) {
+    expiration_delay();
+}
+
+criterion_group!(benches, get, invalidation, delays);
 criterion_main!(benches);

@@ -3,13 +3,16 @@
 //! Start a server, then run the example:
 //!
 //! ```text
-//! redis-server --port 6379 --save '' --appendonly no &
+//! redis-server --port 6379 --save '' --appendonly no --notify-keyspace-events Ex &
 //! cargo run -p expiremap-redis --example near_cache [redis://127.0.0.1:6379]
 //! ```
 //!
 //! The URL comes from the first argument, else `REDIS_URL`, else
-//! `redis://127.0.0.1:6379`. Keys go under the prefix `example:`.
+//! `redis://127.0.0.1:6379`. Keys go under the prefix `example:`. Without
+//! `--notify-keyspace-events Ex` the server sends no expiration events, and
+//! the example says so and skips that part.
 
+use expiremap_redis::broadcast::RecvTimeoutError;
 use expiremap_redis::{Error, NearCache};
 use std::time::{Duration, Instant};
 
@@ -63,7 +66,26 @@ fn main() -> Result<(), Error> {
     println!("web2 get -> {now:?}");
     assert_eq!(now.as_deref(), Some("bonjour"));
 
+    // A third process watches the keys that expire in Redis.
+    let watcher = match NearCache::<String, String>::builder(url.as_str())
+        .prefix("example:")
+        .redis_expirations(true)
+        .build()
+    {
+        Ok(w) => Some(w),
+        Err(Error::Config(why)) => {
+            println!("no expiration events: {why}");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let mut expired = watcher
+        .as_ref()
+        .map(NearCache::subscribe_expirations)
+        .transpose()?;
+
     // A near copy never outlives the Redis key.
+    let put_at = Instant::now();
     web1.put(
         "short".into(),
         "soon gone".into(),
@@ -74,6 +96,18 @@ fn main() -> Result<(), Error> {
         "a 200 ms key: web2's near copy has {:?} left",
         web2.near_ttl(&"short".to_string()).unwrap_or_default()
     );
+    if let Some(rx) = &mut expired {
+        // Redis deletes the key at or after its deadline (when something
+        // touches it, or its background sweep finds it), then reports it.
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(k) => println!(
+                "the watcher saw {k:?} expire in Redis {:?} after the put",
+                put_at.elapsed()
+            ),
+            Err(RecvTimeoutError::Timeout) => println!("no expiration reported within 10 s"),
+            Err(e) => println!("expiration events: {e:?}"),
+        }
+    }
 
     // Loading: one caller per key in this process runs the loader.
     let v = web2.get_or_insert_with("computed".into(), minute, || {

@@ -132,7 +132,36 @@
 //! `Size` that the bound pushed it out; with [`Builder::publish_removals`],
 //! `Removed` and `Replaced` report invalidations, removes and overwrites.
 //! Events are about this process's near copies, not about Redis keys
-//! nobody here read.
+//! nobody here read: for those, see the next section.
+//!
+//! # Expirations in Redis
+//!
+//! With [`Builder::redis_expirations`], the cache also subscribes (on its
+//! one connection) to the server's `expired` key events, and
+//! [`NearCache::subscribe_expirations`] gives a reader of the keys under
+//! the prefix that expired in Redis, whoever wrote them. A key, not an
+//! [`Event`]: Redis reports only the name, and the value is gone. The
+//! reader is a [`broadcast::Receiver`] of the core crate, so a reader that
+//! falls more than 1,024 keys behind is told exactly how many it missed
+//! (`Lagged(n)`) and goes on from the oldest it still can.
+//!
+//! It is lossy the way Redis pub/sub is, and says so only where it can:
+//!
+//! * The server must send the events: `notify-keyspace-events` must have
+//!   `E` and `x` (`CONFIG SET notify-keyspace-events Ex`). `build` checks
+//!   that when the server lets it read the setting (`CONFIG GET`), and
+//!   fails with [`Error::Config`] naming it; a server that refuses `CONFIG`
+//!   (some managed services) is trusted.
+//! * Nothing is reported for the time the connection is down: Redis does
+//!   not keep pub/sub messages for a client that is not connected.
+//! * Redis sends the event when it deletes the key: at once when a command
+//!   touches it after its deadline, otherwise when its background sweep
+//!   finds it (10 times a second by default, sampling keys with a TTL). So
+//!   an expiration is reported at or after the key's deadline: in
+//!   `BENCHMARKS.md`, 200 keys nobody read were reported a median 70 ms and
+//!   at most 0.4 s after theirs; a server with many expiring keys can take
+//!   longer.
+//! * Keys under the prefix that do not decode as `K` are skipped.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -146,9 +175,10 @@ mod error;
 mod link;
 
 pub use error::{CodecError, Error};
+pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
 
-use expiremap::ExpireMap;
+use expiremap::{DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS, ExpireMap};
 use link::{Config, Shared};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -194,6 +224,7 @@ pub struct Builder<K, V> {
     staleness: Option<Duration>,
     connect_timeout: Option<Duration>,
     publish_removals: bool,
+    redis_expirations: bool,
     _types: std::marker::PhantomData<fn() -> (K, V)>,
 }
 
@@ -241,6 +272,17 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         self
     }
 
+    /// Also report the keys under the prefix that expire in Redis, through
+    /// [`NearCache::subscribe_expirations`] (see the crate docs,
+    /// *Expirations in Redis*). The server must be set to send `expired`
+    /// key events (`notify-keyspace-events` with `E` and `x`): `build`
+    /// checks that where the server lets it read its configuration, and
+    /// fails with [`Error::Config`] if not.
+    pub fn redis_expirations(mut self, on: bool) -> Self {
+        self.redis_expirations = on;
+        self
+    }
+
     /// Connects (once, on this thread: an unreachable server is an error
     /// here), sets up tracking and starts the cache's threads. Settings are
     /// checked before connecting:
@@ -277,13 +319,21 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         if let Some(t) = self.connect_timeout {
             cfg.connect_timeout = t;
         }
+        cfg.expirations = self.redis_expirations;
+        let expired = if self.redis_expirations {
+            let ring = broadcast::Sender::new(DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS)
+                .map_err(|e| Error::Config(e.to_string()))?;
+            Some(ring)
+        } else {
+            None
+        };
         let mut near = ExpireMap::<K, V>::builder().publish_removals(self.publish_removals);
         if let Some(n) = self.max_entries {
             near = near.max_entries(n);
         }
         let near = near.try_build().map_err(|e| Error::Config(e.to_string()))?;
-        let shared = Arc::new(Shared::new(near, cfg));
-        let first = shared.connect()?;
+        let shared = Arc::new(Shared::new(near, cfg, expired));
+        let first = shared.connect(true)?;
         let me = Arc::clone(&shared);
         let supervisor = thread::Builder::new()
             .name("expiremap-redis-supervisor".into())
@@ -309,6 +359,7 @@ impl<K, V> fmt::Debug for Builder<K, V> {
             .field("max_entries", &self.max_entries)
             .field("max_near_ttl", &self.max_near_ttl)
             .field("staleness", &self.staleness)
+            .field("redis_expirations", &self.redis_expirations)
             .finish_non_exhaustive()
     }
 }
@@ -325,6 +376,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             staleness: None,
             connect_timeout: None,
             publish_removals: false,
+            redis_expirations: false,
             _types: std::marker::PhantomData,
         }
     }
@@ -416,6 +468,36 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// A reader of the near copies' events (see the crate docs, *Events*).
     pub fn subscribe(&self) -> Result<Subscriber<K, V>, SubscribeError> {
         self.shared.near.subscribe()
+    }
+
+    /// A reader of the keys under the prefix that expire in Redis, with
+    /// [`Builder::redis_expirations`] (otherwise an [`Error::Config`]). It
+    /// sees the expirations from the moment it subscribes; see the crate
+    /// docs, *Expirations in Redis*, for what it may miss.
+    ///
+    /// ```no_run
+    /// use expiremap_redis::{NearCache, broadcast::RecvError};
+    /// use std::time::Duration;
+    ///
+    /// let cache: NearCache<String, u64> = NearCache::builder("redis://127.0.0.1:6379")
+    ///     .redis_expirations(true)
+    ///     .build()?;
+    /// let mut expired = cache.subscribe_expirations()?;
+    /// cache.put("session".to_string(), 1, Duration::from_millis(100))?;
+    /// loop {
+    ///     match expired.recv() {
+    ///         Ok(key) => break assert_eq!(key, "session"),
+    ///         Err(RecvError::Lagged(n)) => eprintln!("{n} expirations missed"),
+    ///         Err(RecvError::Closed) => unreachable!("the cache is alive"),
+    ///     }
+    /// }
+    /// # Ok::<(), expiremap_redis::Error>(())
+    /// ```
+    pub fn subscribe_expirations(&self) -> Result<broadcast::Receiver<K>, Error> {
+        let ring = self.shared.expired.as_ref().ok_or_else(|| {
+            Error::Config("subscribe_expirations needs Builder::redis_expirations(true)".into())
+        })?;
+        ring.subscribe().map_err(|e| Error::Config(e.to_string()))
     }
 
     /// The near copy of `key`, if this process holds one that a `get` would

@@ -32,7 +32,7 @@
 
 use crate::codec;
 use crate::error::Error;
-use expiremap::{Clock, ExpireMap, SystemClock};
+use expiremap::{Clock, ExpireMap, SystemClock, broadcast};
 use redis::{ConnectionAddr, Parser, PushKind, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -76,6 +76,8 @@ pub(crate) struct Config {
     pub(crate) staleness: Duration,
     pub(crate) max_near_ttl: Duration,
     pub(crate) connect_timeout: Duration,
+    /// Subscribe to the server's `expired` key events.
+    pub(crate) expirations: bool,
 }
 
 impl Config {
@@ -103,11 +105,17 @@ impl Config {
             staleness: Duration::from_millis(500),
             max_near_ttl: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(1),
+            expirations: false,
         })
     }
 
     fn ping_every(&self) -> Duration {
         self.staleness / 4
+    }
+
+    /// The channel of the server's `expired` key events in our database.
+    fn expired_channel(&self) -> String {
+        format!("__keyevent@{}__:expired", self.db)
     }
 }
 
@@ -174,6 +182,9 @@ pub(crate) struct Shared<K, V> {
     supervisor: OnceLock<Thread>,
     /// Connections made so far (the first included).
     pub(crate) connects: AtomicU64,
+    /// Keys under the prefix that expired in Redis, with
+    /// `redis_expirations`.
+    pub(crate) expired: Option<broadcast::Sender<K>>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -207,8 +218,13 @@ where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    pub(crate) fn new(near: ExpireMap<K, V>, cfg: Config) -> Self {
+    pub(crate) fn new(
+        near: ExpireMap<K, V>,
+        cfg: Config,
+        expired: Option<broadcast::Sender<K>>,
+    ) -> Self {
         Shared {
+            expired,
             near,
             clock: SystemClock::new(),
             cfg,
@@ -334,6 +350,18 @@ where
         }
     }
 
+    /// An `expired` key event (`[channel, key name]`): published if the
+    /// key is one of ours. Other channels' messages cannot come: the cache
+    /// subscribes to this one only.
+    fn expired_key(&self, data: Vec<Value>) {
+        let (Some(tx), [_, Value::BulkString(name)]) = (&self.expired, data.as_slice()) else {
+            return;
+        };
+        if let Some(k) = codec::key_of::<K>(&self.cfg.prefix, name) {
+            tx.send(k);
+        }
+    }
+
     fn apply(&self, op: Op<K, V>, reply: Value) {
         if let Value::ServerError(e) = reply {
             if let Some(k) = op.key() {
@@ -441,6 +469,10 @@ where
                     kind: PushKind::Invalidate,
                     data,
                 } => self.invalidate(data),
+                Value::Push {
+                    kind: PushKind::Message,
+                    data,
+                } => self.expired_key(data),
                 Value::Push { .. } => {}
                 reply => {
                     let op = {
@@ -478,8 +510,10 @@ where
 
     // ---- the supervisor's side ----
 
-    /// Connects and handshakes: RESP3, credentials, database, tracking.
-    pub(crate) fn connect(&self) -> Result<Fresh, Error> {
+    /// Connects and handshakes: RESP3, credentials, database, the
+    /// `expired` key events if asked (with `first`, also checking that the
+    /// server is set to send them), tracking.
+    pub(crate) fn connect(&self, first: bool) -> Result<Fresh, Error> {
         let cfg = &self.cfg;
         let addrs = (cfg.host.as_str(), cfg.port)
             .to_socket_addrs()
@@ -518,6 +552,19 @@ where
             cmds.push(redis::cmd("SELECT").arg(cfg.db).clone());
             names.push("SELECT");
         }
+        if cfg.expirations && first {
+            cmds.push(
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("notify-keyspace-events")
+                    .clone(),
+            );
+            names.push("CONFIG GET");
+        }
+        if cfg.expirations {
+            cmds.push(redis::cmd("SUBSCRIBE").arg(cfg.expired_channel()).clone());
+            names.push("SUBSCRIBE");
+        }
         names.push("CLIENT TRACKING");
         cmds.push(
             redis::cmd("CLIENT")
@@ -537,11 +584,27 @@ where
         stream.write_all(&bytes).map_err(Error::io)?;
         let mut parser = Parser::new();
         for name in names {
-            let reply = parser
-                .parse_value(&mut stream)
-                .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
-            if let Value::ServerError(e) = reply {
-                return Err(Error::Server(format!("{name}: {e}")));
+            let reply = loop {
+                let v = parser
+                    .parse_value(&mut stream)
+                    .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+                match v {
+                    // An expiration right after SUBSCRIBE, before tracking
+                    // is on: published like any other.
+                    Value::Push {
+                        kind: PushKind::Message,
+                        data,
+                    } => self.expired_key(data),
+                    v => break v,
+                }
+            };
+            match reply {
+                // CONFIG may be disabled or denied (managed servers): the
+                // setting cannot be checked then, only documented.
+                Value::ServerError(_) if name == "CONFIG GET" => {}
+                Value::ServerError(e) => return Err(Error::Server(format!("{name}: {e}"))),
+                reply if name == "CONFIG GET" => check_key_events(&reply)?,
+                _ => {}
             }
         }
         stream.set_read_timeout(None).map_err(Error::io)?;
@@ -620,7 +683,7 @@ where
             if let Some(h) = reader.take() {
                 let _ = h.join();
             }
-            match self.connect().and_then(|f| self.install(f)) {
+            match self.connect(false).and_then(|f| self.install(f)) {
                 Ok(h) => {
                     reader = Some(h);
                     backoff = Duration::from_millis(10);
@@ -655,4 +718,32 @@ impl<K, V> Shared<K, V> {
             t.unpark();
         }
     }
+}
+
+/// Checks the reply to `CONFIG GET notify-keyspace-events`: the server
+/// sends `expired` key events only if its flags have `E` (key events) and
+/// `x` (expirations) or `A` (every class).
+fn check_key_events(reply: &Value) -> Result<(), Error> {
+    let flags = match reply {
+        Value::Map(pairs) => pairs.first().map(|(_, v)| v),
+        Value::Array(items) => items.get(1),
+        _ => None,
+    };
+    let flags = match flags {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        _ => {
+            return Err(Error::Protocol(format!(
+                "CONFIG GET notify-keyspace-events answered {reply:?}"
+            )));
+        }
+    };
+    if flags.contains('E') && (flags.contains('x') || flags.contains('A')) {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "redis_expirations: the server's notify-keyspace-events is {flags:?}, which sends no \
+         expired key events; they need E and x (`CONFIG SET notify-keyspace-events Ex`, or \
+         `notify-keyspace-events Ex` in redis.conf)"
+    )))
 }

@@ -1,0 +1,249 @@
+//! `redis_expirations`: keys that expire in Redis, reported by name.
+//!
+//! The tests never wait for Redis's background sweep: after a key's
+//! deadline, any lookup of it (`EXISTS` here) deletes it and sends its
+//! `expired` event before the lookup's reply. So once `EXISTS` says 0, the
+//! event is on its way to every subscriber, behind every earlier one.
+
+mod common;
+
+use common::{PATIENCE, Server, eventually};
+use expiremap_redis::broadcast::{Receiver, RecvError, RecvTimeoutError};
+use expiremap_redis::{Error, NearCache};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const EVENTS: &[&str] = &["--notify-keyspace-events", "Ex"];
+
+fn watcher(s: &Server) -> NearCache<String, u64> {
+    NearCache::builder(s.url())
+        .prefix("e:")
+        .redis_expirations(true)
+        .build()
+        .unwrap()
+}
+
+/// Waits until Redis has deleted `name` (a lookup after the deadline
+/// deletes it, firing its event).
+fn expired(raw: &mut redis::Connection, name: &[u8]) {
+    eventually("the key expired in Redis", || {
+        let n: i64 = redis::cmd("EXISTS").arg(name).query(raw).unwrap();
+        (n == 0).then_some(())
+    });
+}
+
+/// A 1 ms key under the prefix, written by another program, waited out: a
+/// marker that every expiration before it has been sent.
+fn sentinel(raw: &mut redis::Connection) -> String {
+    // "e:" + postcard("end") (length 3, then the bytes).
+    let name = b"e:\x03end";
+    let _: () = redis::cmd("SET")
+        .arg(name.as_slice())
+        .arg(b"\x00".as_slice())
+        .arg("PX")
+        .arg(1)
+        .query(raw)
+        .unwrap();
+    expired(raw, name);
+    "end".to_string()
+}
+
+/// Everything `rx` receives up to and including `last`, with the lag it
+/// reports on the way.
+fn until(rx: &mut Receiver<String>, last: &str) -> (Vec<String>, u64) {
+    let (mut got, mut lagged) = (Vec::new(), 0);
+    loop {
+        match rx.recv_timeout(PATIENCE) {
+            Ok(k) => {
+                let done = k == last;
+                got.push(k);
+                if done {
+                    return (got, lagged);
+                }
+            }
+            Err(RecvTimeoutError::Lagged(n)) => lagged += n,
+            Err(e) => panic!("waiting for {last:?}: {e:?} after {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn keys_expired_in_redis_are_reported_once_each_and_only_ours() {
+    let s = Server::start_with(EVENTS);
+    let writer: NearCache<String, u64> = NearCache::builder(s.url()).prefix("e:").build().unwrap();
+    let w = watcher(&s);
+    let mut rx = w.subscribe_expirations().unwrap();
+    let mut raw = s.raw();
+    let ms = Duration::from_millis(1);
+    for k in ["a", "b", "c"] {
+        writer.put(k.to_string(), 1, ms).unwrap();
+    }
+    // Not reported: another prefix, a name under ours that is not a key, a
+    // key deleted rather than expired, and a key that has not expired.
+    for (name, px) in [
+        (b"other:\x01a".as_slice(), Some(1)),
+        (b"e:\xff".as_slice(), Some(1)),
+        (b"e:\x01d".as_slice(), None),
+        (b"e:\x01f".as_slice(), Some(3_600_000)),
+    ] {
+        let mut set = redis::cmd("SET");
+        set.arg(name).arg(b"\x00".as_slice());
+        if let Some(px) = px {
+            set.arg("PX").arg(px);
+        }
+        let _: () = set.query(&mut raw).unwrap();
+    }
+    let _: i64 = redis::cmd("DEL")
+        .arg(b"e:\x01d".as_slice())
+        .query(&mut raw)
+        .unwrap();
+    for name in [
+        b"e:\x01a".as_slice(),
+        b"e:\x01b",
+        b"e:\x01c",
+        b"other:\x01a",
+        b"e:\xff",
+    ] {
+        expired(&mut raw, name);
+    }
+    let end = sentinel(&mut raw);
+    let (mut got, lagged) = until(&mut rx, &end);
+    assert_eq!(lagged, 0);
+    assert_eq!(got.pop().as_deref(), Some("end"));
+    got.sort();
+    assert_eq!(got, ["a", "b", "c"]);
+    // A second reader and the writer's cache see nothing of this: the
+    // writer did not ask, and a reader starts from when it subscribed.
+    assert!(matches!(
+        writer.subscribe_expirations(),
+        Err(Error::Config(_))
+    ));
+    let mut late = w.subscribe_expirations().unwrap();
+    let end = sentinel(&mut raw);
+    assert_eq!(until(&mut late, &end), (vec![end.clone()], 0));
+    assert_eq!(until(&mut rx, &end), (vec![end], 0));
+}
+
+#[test]
+fn a_reader_that_falls_behind_is_told_exactly_how_many_it_missed() {
+    let s = Server::start_with(EVENTS);
+    let w = watcher(&s);
+    let mut rx = w.subscribe_expirations().unwrap();
+    // A second reader, to know when all have been published.
+    let mut probe = w.subscribe_expirations().unwrap();
+    let mut raw = s.raw();
+    const N: usize = 1500; // more than the ring's 1,024
+    let names: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            let k = format!("k{i}");
+            let mut name = b"e:".to_vec();
+            name.push(k.len() as u8);
+            name.extend_from_slice(k.as_bytes());
+            name
+        })
+        .collect();
+    let mut pipe = redis::pipe();
+    for name in &names {
+        pipe.cmd("SET")
+            .arg(name.as_slice())
+            .arg(b"\x00".as_slice())
+            .arg("PX")
+            .arg(1)
+            .ignore();
+    }
+    let _: () = pipe.query(&mut raw).unwrap();
+    for name in &names {
+        expired(&mut raw, name);
+    }
+    let end = sentinel(&mut raw);
+    until(&mut probe, &end);
+    // Everything was published before `rx` reads anything.
+    let (got, lagged) = until(&mut rx, &end);
+    assert!(got.len() <= 1024, "more than the ring holds");
+    assert!(lagged > 0, "{N} keys fit a ring of 1,024");
+    assert_eq!(
+        got.len() as u64 + lagged,
+        N as u64 + 1,
+        "every expiration received or counted"
+    );
+    let mut seen = BTreeMap::new();
+    for k in &got {
+        *seen.entry(k).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|&n| n == 1), "a key reported twice");
+}
+
+#[test]
+fn build_checks_that_the_server_sends_expired_events() {
+    // Default settings: no key events.
+    let s = Server::start();
+    match NearCache::<String, u64>::builder(s.url())
+        .redis_expirations(true)
+        .build()
+    {
+        Err(Error::Config(m)) => assert!(m.contains("notify-keyspace-events"), "{m}"),
+        other => panic!("expected a configuration error, got {:?}", other.err()),
+    }
+    // Key events but not expirations, then expirations through `A`.
+    let mut raw = s.raw();
+    for (flags, ok) in [("Eg", false), ("KEA", true), ("xE", true)] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg(flags)
+            .query(&mut raw)
+            .unwrap();
+        let r = NearCache::<String, u64>::builder(s.url())
+            .redis_expirations(true)
+            .build();
+        assert_eq!(r.is_ok(), ok, "{flags}: {:?}", r.err());
+    }
+    // Without the option, the server's settings do not matter, and there is
+    // nothing to subscribe to.
+    let plain = NearCache::<String, u64>::builder(s.url()).build().unwrap();
+    assert!(matches!(
+        plain.subscribe_expirations(),
+        Err(Error::Config(_))
+    ));
+}
+
+#[test]
+fn a_server_that_refuses_config_is_trusted() {
+    let s = Server::start_with(&[
+        "--notify-keyspace-events",
+        "Ex",
+        "--rename-command",
+        "CONFIG",
+        "",
+    ]);
+    let w = watcher(&s);
+    let mut rx = w.subscribe_expirations().unwrap();
+    let end = sentinel(&mut s.raw());
+    assert_eq!(until(&mut rx, &end), (vec![end], 0));
+}
+
+#[test]
+fn expirations_are_reported_again_after_a_reconnect() {
+    let s = Server::start_with(EVENTS);
+    let w = watcher(&s);
+    let mut rx = w.subscribe_expirations().unwrap();
+    let mut raw = s.raw();
+    for kind in ["normal", "pubsub"] {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .arg("SKIPME")
+            .arg("yes")
+            .query(&mut raw)
+            .unwrap();
+    }
+    eventually("reconnected", || (w.connections() >= 2).then_some(()));
+    // Subscribed again before the new connection was installed.
+    let end = sentinel(&mut raw);
+    let (got, _) = until(&mut rx, &end);
+    assert_eq!(got.last(), Some(&end));
+    // The reader outlives the connection; only the cache's drop closes it.
+    drop(w);
+    assert!(matches!(rx.recv(), Err(RecvError::Closed)));
+}
