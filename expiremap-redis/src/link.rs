@@ -16,6 +16,11 @@
 //!   reply is applied after the store, and one it sent before is applied
 //!   before the value is read. No stored value can outlive an invalidation
 //!   of it that reached this connection.
+//! * With `redis_expirations`, the same connection is subscribed (before
+//!   tracking is turned on, at every connect) to the database's `expired`
+//!   key events; the reader publishes the keys under the prefix to the
+//!   `expired` ring. The handshake publishes any that arrive before its
+//!   last reply.
 //! * `NOLOOP`: the server does not send us invalidations for our own writes
 //!   (they arrive as replies and the reader stores their values instead), so
 //!   a `put` leaves a near copy that lasts.
