@@ -94,6 +94,19 @@ fn remove(model: &mut Models, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: 
     }
 }
 
+/// What a read at time `t` does to an entry expired by its idle time alone
+/// (its write deadline not passed): it removes it, and the value leaves as
+/// `Expired` (see "Idle expiry" on `ExpireMap`).
+fn read_expired(model: &mut Models, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: u64) {
+    if model
+        .get(&key)
+        .is_some_and(|m| t > m.until() && t <= m.deadline)
+    {
+        let old = model.remove(&key).expect("just seen");
+        events.push((key, old.value, Cause::Expired));
+    }
+}
+
 /// The events received so far; checks that no `Expired` event left at or
 /// before its deadline.
 fn events(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, u64, Cause)> {
@@ -252,7 +265,10 @@ fn single_threaded_with<S>(
                 serial += 1;
                 let r = map.put_if_absent(key, serial, ttl);
                 assert_eq!(r, live.map(|m| m.value), "{ctx}: put_if_absent");
-                if live.is_none() && !ttl.is_zero() {
+                if ttl.is_zero() {
+                    // Only a read, then.
+                    read_expired(&mut model, &mut expected_events, key, t);
+                } else if live.is_none() {
                     let deadline = t.saturating_add(ttl_ns);
                     stored!(deadline);
                 }
@@ -271,6 +287,7 @@ fn single_threaded_with<S>(
             30..=44 => {
                 assert_eq!(map.get(&key), live.map(|m| m.value), "{ctx}: get");
                 accessed(&mut model);
+                read_expired(&mut model, &mut expected_events, key, t);
             }
             45..=49 => {
                 // get_or_insert_with, or try_ with an init that may fail: a
@@ -293,6 +310,7 @@ fn single_threaded_with<S>(
                 };
                 assert_eq!(ran, live.is_none(), "{ctx}: init ran on a hit");
                 accessed(&mut model);
+                read_expired(&mut model, &mut expected_events, key, t);
                 let failed = ran && fails;
                 let want = match live {
                     Some(m) => Ok(m.value),
@@ -308,6 +326,7 @@ fn single_threaded_with<S>(
             50..=52 => {
                 // An access: the time left counts from this read.
                 accessed(&mut model);
+                read_expired(&mut model, &mut expected_events, key, t);
                 let now_live = model.get(&key).filter(|m| t <= m.until());
                 assert_eq!(
                     map.get_with_ttl(&key),
@@ -330,16 +349,22 @@ fn single_threaded_with<S>(
                     }
                 }
             }
-            55..=59 => assert_eq!(
-                map.ttl(&key),
-                live.map(|m| Duration::from_nanos(m.until() - t)),
-                "{ctx}: ttl"
-            ),
-            60..=61 => assert_eq!(
-                map.contains_key(&key),
-                live.is_some(),
-                "{ctx}: contains_key"
-            ),
+            55..=59 => {
+                assert_eq!(
+                    map.ttl(&key),
+                    live.map(|m| Duration::from_nanos(m.until() - t)),
+                    "{ctx}: ttl"
+                );
+                read_expired(&mut model, &mut expected_events, key, t);
+            }
+            60..=61 => {
+                assert_eq!(
+                    map.contains_key(&key),
+                    live.is_some(),
+                    "{ctx}: contains_key"
+                );
+                read_expired(&mut model, &mut expected_events, key, t);
+            }
             62 => {
                 // update: shown the live entry exactly; keep, remove, set or
                 // set keeping the deadline.
@@ -357,6 +382,7 @@ fn single_threaded_with<S>(
                 });
                 let want_shown = live.map(|m| (m.value, Duration::from_nanos(m.until() - t)));
                 assert_eq!(shown, Some(want_shown), "{ctx}: update showed");
+                read_expired(&mut model, &mut expected_events, key, t);
                 let (want, new) = match (choice, live) {
                     (0, l) => (l.map(|m| m.value), None),
                     (1, _) => (None, None),

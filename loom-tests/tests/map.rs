@@ -2,8 +2,9 @@
 //! wake-up, shutdown, remove racing expiry, the last handle dropped on the
 //! eviction thread, two `evict_expired` callers racing a `remove`, the
 //! capacity bound under concurrent puts and eviction,
-//! `get_or_insert_with`'s hand-off to waiters, and racing reads recording
-//! their accesses for idle expiry. Each also runs once as an
+//! `get_or_insert_with`'s hand-off to waiters, racing reads recording
+//! their accesses for idle expiry, and reads and updates at an entry's
+//! idle deadline. Each also runs once as an
 //! ordinary test without `--cfg expiremap_loom`.
 //!
 //! A lost wake-up or a self-join shows up as a deadlock, which loom reports.
@@ -448,5 +449,95 @@ fn racing_accesses_keep_the_latest() {
             !map.contains_key(&1),
             "an access later than 7 ms was recorded"
         );
+    });
+}
+
+/// A `get` that read the clock just before an entry's idle deadline races
+/// a read just after it. The second read must not report the entry gone
+/// while the first one's access keeps it alive: a read that sees the entry
+/// idle-expired confirms that under the write lock (after every read in
+/// flight has recorded its access) and only then answers `None`, removing
+/// it. So whichever way they interleave, an entry reported gone stays gone.
+#[test]
+fn a_read_at_the_idle_deadline_never_revives_an_entry_reported_gone() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map: Arc<ExpireMap<u32, u32, Fixed>> = Arc::new(
+            ExpireMap::builder()
+                .hasher(Fixed::default())
+                .clock(clock.clone())
+                .shards(1)
+                .background_eviction(false)
+                .time_to_idle(10 * MS)
+                .build(),
+        );
+        map.put(1, 1, Duration::from_secs(3600));
+        clock.advance(9 * MS);
+        let early = {
+            let map = map.clone();
+            thread::spawn(move || map.get(&1))
+        };
+        let late = {
+            let (map, clock) = (map.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(2 * MS);
+                map.contains_key(&1)
+            })
+        };
+        let (early, late) = (early.join().unwrap(), late.join().unwrap());
+        // The clock is at 11 ms: the entry lives on only through an access
+        // at 9 ms, and then every read agrees with the late one.
+        if !late {
+            assert!(!map.contains_key(&1), "an entry reported gone came back");
+        }
+        if early.is_none() {
+            assert!(!late, "the early read saw it gone, the late one live");
+        }
+    });
+}
+
+/// `update` racing a `get` at the entry's idle deadline: `update` is shown
+/// the entry as absent only once that is confirmed under the write lock, so
+/// it never replaces a value that the racing read kept alive. If the read
+/// got the value (its access extends the entry's life), the counter goes
+/// on from it.
+#[test]
+fn an_update_at_the_idle_deadline_never_replaces_a_value_a_read_kept() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map: Arc<ExpireMap<u32, u32, Fixed>> = Arc::new(
+            ExpireMap::builder()
+                .hasher(Fixed::default())
+                .clock(clock.clone())
+                .shards(1)
+                .background_eviction(false)
+                .time_to_idle(10 * MS)
+                .build(),
+        );
+        map.put(1, 5, Duration::from_secs(3600));
+        clock.advance(9 * MS);
+        let read = {
+            let map = map.clone();
+            thread::spawn(move || map.get(&1))
+        };
+        let counted = {
+            let (map, clock) = (map.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(2 * MS);
+                map.update(1, |seen| match seen {
+                    None => expiremap::Update::Set(1, Duration::from_secs(3600)),
+                    Some((n, _)) => expiremap::Update::Set(n + 1, Duration::from_secs(3600)),
+                })
+            })
+        };
+        let (read, counted) = (read.join().unwrap(), counted.join().unwrap());
+        if read == Some(5) {
+            assert_eq!(
+                counted,
+                Some(6),
+                "the update missed the value the read kept"
+            );
+        }
+        assert_eq!(map.get(&1), counted);
     });
 }

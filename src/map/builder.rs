@@ -365,6 +365,15 @@ impl<K, V, S> Builder<K, V, S> {
     /// evicting it. It costs 16 bytes per entry. A zero `d` is rejected;
     /// one too large to represent saturates.
     ///
+    /// A read (any read, `ttl` and `contains_key` too) that finds an entry
+    /// expired by its idle time alone removes it at once: its value leaves
+    /// as `Expired` then, not at the next eviction pass. The read takes the
+    /// shard's write lock for that, which waits for the reads in flight: one
+    /// that read the clock just before the idle deadline may still be
+    /// recording its access, and if it does, the entry lives on and the
+    /// read answers with it. So an entry a read reported gone never comes
+    /// back (without a write), however reads race at the deadline.
+    ///
     /// ```
     /// use expiremap::{ExpireMap, ManualClock};
     /// use std::time::Duration;
@@ -381,6 +390,7 @@ impl<K, V, S> Builder<K, V, S> {
     /// assert_eq!(map.ttl("a"), Some(Duration::ZERO)); // at 18 s: live (ttl is no access)
     /// clock.advance(Duration::from_nanos(1));
     /// assert_eq!(map.get("a"), None); // idle 10 s + 1 ns
+    /// assert_eq!(map.len(), 0); // and removed by that read
     /// ```
     pub fn time_to_idle(mut self, d: Duration) -> Self {
         self.idle = Some(d);

@@ -589,20 +589,108 @@ where
     /// Applies `f` to the value of the live entry for `key` and its time
     /// left, under the shard's read lock. Reads the exact time. An `access`
     /// counts for idle expiry.
-    #[inline]
-    fn read_live<Q, R>(&self, key: &Q, access: bool, f: impl FnOnce(&V, Duration) -> R) -> Option<R>
+    ///
+    /// An entry that looks expired by its idle time alone is confirmed so
+    /// under the write lock before the read answers `None` (see
+    /// [`expire_idle`](Self::expire_idle)).
+    #[inline(always)]
+    fn read_live<Q, R, F>(&self, key: &Q, access: bool, f: F) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        F: FnOnce(&V, Duration) -> R + Copy,
+    {
+        let mut idle_expired = false;
+        let r = self.lookup(key, Time::now, |now, found| {
+            Self::read_found(now, found, access, f, &mut idle_expired)
+        });
+        if r.is_none() && idle_expired {
+            return self.read_live_again(key, access, f);
+        }
+        r
+    }
+
+    /// [`read_live`](Self::read_live) after its read found the entry
+    /// expired by its idle time alone: confirms that, or reads again.
+    #[cold]
+    #[inline(never)]
+    fn read_live_again<Q, R, F>(&self, key: &Q, access: bool, f: F) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        F: FnOnce(&V, Duration) -> R + Copy,
+    {
+        loop {
+            if self.expire_idle(key) {
+                return None;
+            }
+            let mut idle_expired = false;
+            let r = self.lookup(key, Time::now, |now, found| {
+                Self::read_found(now, found, access, f, &mut idle_expired)
+            });
+            if !idle_expired {
+                return r;
+            }
+        }
+    }
+
+    /// `read_live`'s work under the read lock: `f` of the entry `found` if
+    /// it is live at `now` (recording an `access`), else `None`, with
+    /// `idle_expired` set if it expired by its idle time alone.
+    #[inline(always)]
+    fn read_found<R>(
+        now: u64,
+        found: shard::Found<'_, V>,
+        access: bool,
+        f: impl FnOnce(&V, Duration) -> R,
+        idle_expired: &mut bool,
+    ) -> Option<R> {
+        let live = if access {
+            found.access(now)
+        } else {
+            now <= found.deadline
+        };
+        if !live {
+            *idle_expired = found.idle_expired(now);
+            return None;
+        }
+        let deadline = if access {
+            found.deadline_after(now)
+        } else {
+            found.deadline
+        };
+        Some(f(found.value, Duration::from_nanos(deadline - now)))
+    }
+
+    /// A read found `key`'s entry expired by its idle time alone, under the
+    /// read lock. Another read that read the clock before the idle deadline
+    /// may still be recording an access that keeps the entry alive; the
+    /// write lock waits for it. Under the write lock, then: an entry still
+    /// expired is removed (its value leaves as `Expired`), so that no later
+    /// read finds it alive again, and this returns `true`; an entry kept
+    /// alive by such an access makes it return `false` (read again).
+    #[cold]
+    #[inline(never)]
+    fn expire_idle<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.lookup(key, Time::now, |now, found| {
-            let deadline = if access {
-                found.access(now).then(|| found.deadline_after(now))?
-            } else {
-                Some(found.deadline).filter(|&d| now <= d)?
-            };
-            Some(f(found.value, Duration::from_nanos(deadline - now)))
-        })
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let (removed, now) = {
+            let (mut shard, now) = inner.write_now(hash);
+            if shard.live_value(hash, key, now).is_some() {
+                return false;
+            }
+            // Like an eviction, this only vacates a node: no `version` bump,
+            // and a load in flight still stores its value.
+            (shard.remove(hash, key, now), now)
+        };
+        if let Some(r) = removed {
+            inner.leave(r, now);
+        }
+        true
     }
 
     /// Applies `f` to the value of the live entry for `key`, under the
@@ -613,7 +701,7 @@ where
     /// branch, so that other maps' reads are what they were without them
     /// (the shard's `get_plain`, not the larger `get_from`).
     #[inline(always)]
-    fn is_live<Q, R>(&self, key: &Q, read: Read, f: impl FnOnce(&V) -> R) -> Option<R>
+    fn is_live<Q, R>(&self, key: &Q, read: Read, f: impl FnOnce(&V) -> R + Copy) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -644,7 +732,7 @@ where
     /// Inlined like the rest of the read: out of line, its call and saved
     /// registers cost an idle `get` ~20 instructions of ~200.
     #[inline(always)]
-    fn read_extra<Q, R>(&self, key: &Q, read: Read, f: impl FnOnce(&V) -> R) -> Option<R>
+    fn read_extra<Q, R>(&self, key: &Q, read: Read, f: impl FnOnce(&V) -> R + Copy) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -900,15 +988,22 @@ where
         let hash = inner.hasher.hash_one(&key);
         loop {
             // Read the entry and the shard's version together.
-            let (seen, version) = {
+            let (seen, version, idle_expired) = {
                 let (shard, home, now) =
                     inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now);
-                let seen = shard
-                    .get_from(home, hash, &key)
+                let found = shard.get_from(home, hash, &key);
+                let idle_expired = found
+                    .as_ref()
+                    .is_some_and(|f| now > f.deadline && f.idle_expired(now));
+                let seen = found
                     .filter(|f| now <= f.deadline)
                     .map(|f| (f.value.clone(), f.deadline, f.deadline - now, f.write));
-                (seen, shard.version)
+                (seen, shard.version, idle_expired)
             };
+            // Shown as absent only once confirmed (see `read_live`).
+            if idle_expired && !self.expire_idle(&key) {
+                continue;
+            }
             let shown = seen
                 .as_ref()
                 .map(|(v, _, left, _)| (v, Duration::from_nanos(*left)));
