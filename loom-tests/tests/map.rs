@@ -408,6 +408,45 @@ fn a_failing_load_hands_over_to_the_waiter() {
     });
 }
 
+type IdleMap = Arc<ExpireMap<u32, u32, Fixed>>;
+
+/// The race of the idle-expiry models: a one-shard map with
+/// `time_to_idle(10 ms)` holds key 1 (`value`, written at 0 for an hour);
+/// with the clock at `at`, one thread calls `get(&1)` while another moves
+/// the clock 2 ms on and then calls `late`. Returns the map, its clock,
+/// and both results.
+fn idle_race<T: Send + 'static>(
+    value: u32,
+    at: Duration,
+    late: impl FnOnce(&IdleMap) -> T + Send + 'static,
+) -> (IdleMap, ManualClock, Option<u32>, T) {
+    let clock = ManualClock::new();
+    let map: IdleMap = Arc::new(
+        ExpireMap::builder()
+            .hasher(Fixed::default())
+            .clock(clock.clone())
+            .shards(1)
+            .background_eviction(false)
+            .time_to_idle(10 * MS)
+            .build(),
+    );
+    map.put(1, value, Duration::from_secs(3600));
+    clock.advance(at);
+    let early = {
+        let map = map.clone();
+        thread::spawn(move || map.get(&1))
+    };
+    let late = {
+        let (map, clock) = (map.clone(), clock.clone());
+        thread::spawn(move || {
+            clock.advance(2 * MS);
+            late(&map)
+        })
+    };
+    let (early, late) = (early.join().unwrap(), late.join().unwrap());
+    (map, clock, early, late)
+}
+
 /// Two reads of one entry in a map with idle expiry race, one of them after
 /// the clock moved: each records its access under the read lock (a
 /// compare-and-swap that only raises the last access), so the later time
@@ -417,30 +456,8 @@ fn a_failing_load_hands_over_to_the_waiter() {
 #[test]
 fn racing_accesses_keep_the_latest() {
     model(|| {
-        let clock = ManualClock::new();
-        let map: Arc<ExpireMap<u32, u32, Fixed>> = Arc::new(
-            ExpireMap::builder()
-                .hasher(Fixed::default())
-                .clock(clock.clone())
-                .shards(1)
-                .background_eviction(false)
-                .time_to_idle(10 * MS)
-                .build(),
-        );
-        map.put(1, 1, Duration::from_secs(3600));
-        clock.advance(5 * MS);
-        let a = {
-            let map = map.clone();
-            thread::spawn(move || map.get(&1))
-        };
-        let b = {
-            let (map, clock) = (map.clone(), clock.clone());
-            thread::spawn(move || {
-                clock.advance(2 * MS);
-                map.get(&1)
-            })
-        };
-        assert_eq!((a.join().unwrap(), b.join().unwrap()), (Some(1), Some(1)));
+        let (map, clock, a, b) = idle_race(1, 5 * MS, |map| map.get(&1));
+        assert_eq!((a, b), (Some(1), Some(1)));
         // The last access was at 7 ms.
         clock.advance(10 * MS);
         assert!(map.contains_key(&1), "the later access was lost");
@@ -461,30 +478,7 @@ fn racing_accesses_keep_the_latest() {
 #[test]
 fn a_read_at_the_idle_deadline_never_revives_an_entry_reported_gone() {
     model(|| {
-        let clock = ManualClock::new();
-        let map: Arc<ExpireMap<u32, u32, Fixed>> = Arc::new(
-            ExpireMap::builder()
-                .hasher(Fixed::default())
-                .clock(clock.clone())
-                .shards(1)
-                .background_eviction(false)
-                .time_to_idle(10 * MS)
-                .build(),
-        );
-        map.put(1, 1, Duration::from_secs(3600));
-        clock.advance(9 * MS);
-        let early = {
-            let map = map.clone();
-            thread::spawn(move || map.get(&1))
-        };
-        let late = {
-            let (map, clock) = (map.clone(), clock.clone());
-            thread::spawn(move || {
-                clock.advance(2 * MS);
-                map.contains_key(&1)
-            })
-        };
-        let (early, late) = (early.join().unwrap(), late.join().unwrap());
+        let (map, _clock, early, late) = idle_race(1, 9 * MS, |map| map.contains_key(&1));
         // The clock is at 11 ms: the entry lives on only through an access
         // at 9 ms, and then every read agrees with the late one.
         if !late {
@@ -504,33 +498,12 @@ fn a_read_at_the_idle_deadline_never_revives_an_entry_reported_gone() {
 #[test]
 fn an_update_at_the_idle_deadline_never_replaces_a_value_a_read_kept() {
     model(|| {
-        let clock = ManualClock::new();
-        let map: Arc<ExpireMap<u32, u32, Fixed>> = Arc::new(
-            ExpireMap::builder()
-                .hasher(Fixed::default())
-                .clock(clock.clone())
-                .shards(1)
-                .background_eviction(false)
-                .time_to_idle(10 * MS)
-                .build(),
-        );
-        map.put(1, 5, Duration::from_secs(3600));
-        clock.advance(9 * MS);
-        let read = {
-            let map = map.clone();
-            thread::spawn(move || map.get(&1))
-        };
-        let counted = {
-            let (map, clock) = (map.clone(), clock.clone());
-            thread::spawn(move || {
-                clock.advance(2 * MS);
-                map.update(1, |seen| match seen {
-                    None => expiremap::Update::Set(1, Duration::from_secs(3600)),
-                    Some((n, _)) => expiremap::Update::Set(n + 1, Duration::from_secs(3600)),
-                })
+        let (map, _clock, read, counted) = idle_race(5, 9 * MS, |map| {
+            map.update(1, |seen| match seen {
+                None => expiremap::Update::Set(1, Duration::from_secs(3600)),
+                Some((n, _)) => expiremap::Update::Set(n + 1, Duration::from_secs(3600)),
             })
-        };
-        let (read, counted) = (read.join().unwrap(), counted.join().unwrap());
+        });
         if read == Some(5) {
             assert_eq!(
                 counted,
