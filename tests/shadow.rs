@@ -96,7 +96,7 @@ fn remove(model: &mut Models, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: 
 
 /// What a read at time `t` does to an entry expired by its idle time alone
 /// (its write deadline not passed): it removes it, and the value leaves as
-/// `Expired` (see "Idle expiry" on `ExpireMap`).
+/// `Expired` (see `Builder::time_to_idle`).
 fn read_expired(model: &mut Models, events: &mut Vec<(u64, u64, Cause)>, key: u64, t: u64) {
     if model
         .get(&key)

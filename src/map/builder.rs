@@ -365,14 +365,20 @@ impl<K, V, S> Builder<K, V, S> {
     /// evicting it. It costs 16 bytes per entry. A zero `d` is rejected;
     /// one too large to represent saturates.
     ///
-    /// A read (any read, `ttl` and `contains_key` too) that finds an entry
-    /// expired by its idle time alone removes it at once: its value leaves
-    /// as `Expired` then, not at the next eviction pass. The read takes the
+    /// A read of one key (`get`, `get_with_ttl`, `ttl`, `contains_key`, a
+    /// loading call, `update`'s read) that finds its entry expired by its
+    /// idle time alone removes it at once: its value leaves as `Expired`
+    /// then, not at the next eviction pass (and is not counted in
+    /// [`Stats::evicted`](crate::Stats::evicted)). The read takes the
     /// shard's write lock for that, which waits for the reads in flight: one
     /// that read the clock just before the idle deadline may still be
     /// recording its access, and if it does, the entry lives on and the
-    /// read answers with it. So an entry a read reported gone never comes
-    /// back (without a write), however reads race at the deadline.
+    /// read answers with it. So an entry such a read reported gone never
+    /// comes back (without a write), however reads race at the deadline.
+    /// Iteration (`iter`, `keys`, `retain`) is weakly consistent instead: it
+    /// skips what its snapshot finds idle-expired, without that
+    /// confirmation, so at the very deadline it may miss an entry a racing
+    /// read keeps alive.
     ///
     /// ```
     /// use expiremap::{ExpireMap, ManualClock};

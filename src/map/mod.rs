@@ -332,7 +332,10 @@ pub struct Stats {
     /// deadline, the largest seen.
     pub max_lateness: Duration,
     /// Entries evicted because their deadline passed (by the thread or
-    /// [`ExpireMap::evict_expired`]).
+    /// [`ExpireMap::evict_expired`]). Not counted: an entry a read removed
+    /// because it found it idle-expired (see
+    /// [`Builder::time_to_idle`](crate::Builder::time_to_idle)), published
+    /// as `Expired` all the same.
     pub evicted: u64,
     /// Eviction passes made by the background thread.
     pub passes: u64,
