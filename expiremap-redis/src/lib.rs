@@ -25,7 +25,7 @@
 //!
 //! # Coherence
 //!
-//! Each cache holds **one** connection, in RESP3, on which it asks for
+//! Each cache holds **one** data connection, in RESP3, on which it asks for
 //! `CLIENT TRACKING ON BCAST PREFIX <prefix> NOLOOP`: the server pushes an
 //! invalidation message on that connection for every key under the prefix
 //! that any *other* client changes (writes, deletes, expirations, evictions,
@@ -136,8 +136,10 @@
 //!
 //! # Expirations in Redis
 //!
-//! With [`Builder::redis_expirations`], the cache also subscribes (on its
-//! one connection) to the server's `expired` key events, and
+//! With [`Builder::redis_expirations`], the cache also subscribes to the
+//! server's `expired` key events, on a second connection of its own (a
+//! subscribed connection is a pub/sub client to the server, with pub/sub's
+//! output buffer limits, so the data connection never subscribes), and
 //! [`NearCache::subscribe_expirations`] gives a reader of the keys under
 //! the prefix that expired in Redis, whoever wrote them. A key, not an
 //! [`Event`]: Redis reports only the name, and the value is gone. The
@@ -152,8 +154,13 @@
 //!   that when the server lets it read the setting (`CONFIG GET`), and
 //!   fails with [`Error::Config`] naming it; a server that refuses `CONFIG`
 //!   (some managed services) is trusted.
-//! * Nothing is reported for the time the connection is down: Redis does
-//!   not keep pub/sub messages for a client that is not connected.
+//! * Nothing is reported for the time that connection is down: Redis does
+//!   not keep pub/sub messages for a client that is not connected. The cache
+//!   reconnects it on its own; while it is down, the near cache works as
+//!   usual (and after a reconnect the server's setting is not checked
+//!   again).
+//! * A replica sends no `expired` events (it deletes keys when its master
+//!   says so): connect to the master.
 //! * Redis sends the event when it deletes the key: at once when a command
 //!   touches it after its deadline, otherwise when its background sweep
 //!   finds it (10 times a second by default, sampling keys with a TTL). So
@@ -172,12 +179,14 @@ struct ReadmeDoctests;
 
 mod codec;
 mod error;
+mod expirations;
 mod link;
 
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
 
+use expirations::Expirations;
 use expiremap::{DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS, ExpireMap};
 use link::{Config, Shared};
 use serde::Serialize;
@@ -209,10 +218,13 @@ impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + 
 /// coherence protocol and the staleness bound.
 ///
 /// `Send + Sync`: share it between threads by reference or in an `Arc`.
-/// Dropping it closes its connection and stops its two threads.
+/// Dropping it closes its connections and stops its threads (two, and one
+/// more with [`Builder::redis_expirations`]).
 pub struct NearCache<K, V> {
     shared: Arc<Shared<K, V>>,
     supervisor: Option<JoinHandle<()>>,
+    /// With `redis_expirations`: its connection, thread and ring.
+    expirations: Option<Arc<Expirations<K>>>,
 }
 
 /// Settings of a [`NearCache`], from [`NearCache::builder`].
@@ -319,21 +331,15 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         if let Some(t) = self.connect_timeout {
             cfg.connect_timeout = t;
         }
-        cfg.expirations = self.redis_expirations;
-        let expired = if self.redis_expirations {
-            let ring = broadcast::Sender::new(DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS)
-                .map_err(|e| Error::Config(e.to_string()))?;
-            Some(ring)
-        } else {
-            None
-        };
+
         let mut near = ExpireMap::<K, V>::builder().publish_removals(self.publish_removals);
         if let Some(n) = self.max_entries {
             near = near.max_entries(n);
         }
         let near = near.try_build().map_err(|e| Error::Config(e.to_string()))?;
-        let shared = Arc::new(Shared::new(near, cfg, expired));
-        let first = shared.connect(true)?;
+        let events_cfg = cfg.clone();
+        let shared = Arc::new(Shared::new(near, cfg));
+        let first = shared.connect()?;
         let me = Arc::clone(&shared);
         let supervisor = thread::Builder::new()
             .name("expiremap-redis-supervisor".into())
@@ -344,10 +350,18 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         while shared.connects.load(Ordering::Acquire) == 0 && !supervisor.is_finished() {
             thread::yield_now();
         }
-        Ok(NearCache {
+        let mut cache = NearCache {
             shared,
             supervisor: Some(supervisor),
-        })
+            expirations: None,
+        };
+        if self.redis_expirations {
+            // On an error, dropping `cache` closes its data connection.
+            let ring = broadcast::Sender::new(DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS)
+                .map_err(|e| Error::Config(e.to_string()))?;
+            cache.expirations = Some(Expirations::start(events_cfg, ring)?);
+        }
+        Ok(cache)
     }
 }
 
@@ -494,10 +508,12 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// # Ok::<(), expiremap_redis::Error>(())
     /// ```
     pub fn subscribe_expirations(&self) -> Result<broadcast::Receiver<K>, Error> {
-        let ring = self.shared.expired.as_ref().ok_or_else(|| {
-            Error::Config("subscribe_expirations needs Builder::redis_expirations(true)".into())
-        })?;
-        ring.subscribe().map_err(|e| Error::Config(e.to_string()))
+        self.expirations
+            .as_ref()
+            .ok_or_else(|| {
+                Error::Config("subscribe_expirations needs Builder::redis_expirations(true)".into())
+            })?
+            .subscribe()
     }
 
     /// The near copy of `key`, if this process holds one that a `get` would
@@ -539,6 +555,9 @@ impl<K, V> Drop for NearCache<K, V> {
         self.shared.close();
         if let Some(h) = self.supervisor.take() {
             let _ = h.join();
+        }
+        if let Some(e) = &self.expirations {
+            e.close();
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The one connection of a cache, its reader and its supervisor.
+//! The data connection of a cache, its reader and its supervisor.
 //!
 //! # Ground rules
 //!
@@ -16,11 +16,6 @@
 //!   reply is applied after the store, and one it sent before is applied
 //!   before the value is read. No stored value can outlive an invalidation
 //!   of it that reached this connection.
-//! * With `redis_expirations`, the same connection is subscribed (before
-//!   tracking is turned on, at every connect) to the database's `expired`
-//!   key events; the reader publishes the keys under the prefix to the
-//!   `expired` ring. The handshake publishes any that arrive before its
-//!   last reply.
 //! * `NOLOOP`: the server does not send us invalidations for our own writes
 //!   (they arrive as replies and the reader stores their values instead), so
 //!   a `put` leaves a near copy that lasts.
@@ -30,6 +25,8 @@
 //!   `fresh_until` to `t + staleness`, and near copies are served only while
 //!   the clock is at or below it. A ping unanswered for `staleness` closes
 //!   the connection.
+//! * The server's `expired` key events (`redis_expirations`) come on a
+//!   connection of their own ([`crate::expirations`]), never on this one.
 //! * A lost connection: the reader lowers `fresh_until` to 0, takes the
 //!   connection out of `link` (new calls fail at once), fails every pending
 //!   call, clears the near map and ends. The supervisor joins it before it
@@ -37,7 +34,7 @@
 
 use crate::codec;
 use crate::error::Error;
-use expiremap::{Clock, ExpireMap, SystemClock, broadcast};
+use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{ConnectionAddr, Parser, PushKind, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -81,8 +78,6 @@ pub(crate) struct Config {
     pub(crate) staleness: Duration,
     pub(crate) max_near_ttl: Duration,
     pub(crate) connect_timeout: Duration,
-    /// Subscribe to the server's `expired` key events.
-    pub(crate) expirations: bool,
 }
 
 impl Config {
@@ -110,7 +105,6 @@ impl Config {
             staleness: Duration::from_millis(500),
             max_near_ttl: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(1),
-            expirations: false,
         })
     }
 
@@ -119,7 +113,7 @@ impl Config {
     }
 
     /// The channel of the server's `expired` key events in our database.
-    fn expired_channel(&self) -> String {
+    pub(crate) fn expired_channel(&self) -> String {
         format!("__keyevent@{}__:expired", self.db)
     }
 }
@@ -187,9 +181,6 @@ pub(crate) struct Shared<K, V> {
     supervisor: OnceLock<Thread>,
     /// Connections made so far (the first included).
     pub(crate) connects: AtomicU64,
-    /// Keys under the prefix that expired in Redis, with
-    /// `redis_expirations`.
-    pub(crate) expired: Option<broadcast::Sender<K>>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -223,13 +214,8 @@ where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    pub(crate) fn new(
-        near: ExpireMap<K, V>,
-        cfg: Config,
-        expired: Option<broadcast::Sender<K>>,
-    ) -> Self {
+    pub(crate) fn new(near: ExpireMap<K, V>, cfg: Config) -> Self {
         Shared {
-            expired,
             near,
             clock: SystemClock::new(),
             cfg,
@@ -355,18 +341,6 @@ where
         }
     }
 
-    /// An `expired` key event (`[channel, key name]`): published if the
-    /// key is one of ours. Other channels' messages cannot come: the cache
-    /// subscribes to this one only.
-    fn expired_key(&self, data: Vec<Value>) {
-        let (Some(tx), [_, Value::BulkString(name)]) = (&self.expired, data.as_slice()) else {
-            return;
-        };
-        if let Some(k) = codec::key_of::<K>(&self.cfg.prefix, name) {
-            tx.send(k);
-        }
-    }
-
     fn apply(&self, op: Op<K, V>, reply: Value) {
         if let Value::ServerError(e) = reply {
             if let Some(k) = op.key() {
@@ -474,10 +448,6 @@ where
                     kind: PushKind::Invalidate,
                     data,
                 } => self.invalidate(data),
-                Value::Push {
-                    kind: PushKind::Message,
-                    data,
-                } => self.expired_key(data),
                 Value::Push { .. } => {}
                 reply => {
                     let op = {
@@ -515,63 +485,16 @@ where
 
     // ---- the supervisor's side ----
 
-    /// Connects and handshakes: RESP3, credentials, database, the
-    /// `expired` key events if asked (with `first`, also checking that the
-    /// server is set to send them), tracking.
-    pub(crate) fn connect(&self, first: bool) -> Result<Fresh, Error> {
+    /// Connects and handshakes: RESP3, credentials, database, tracking.
+    pub(crate) fn connect(&self) -> Result<Fresh, Error> {
         let cfg = &self.cfg;
-        let addrs = (cfg.host.as_str(), cfg.port)
-            .to_socket_addrs()
-            .map_err(Error::io)?;
-        let mut last = down();
-        let mut stream = None;
-        for a in addrs {
-            match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = Error::io(e),
-            }
-        }
-        let mut stream = stream.ok_or(last)?;
-        stream.set_nodelay(true).map_err(Error::io)?;
-        stream
-            .set_read_timeout(Some(cfg.connect_timeout))
-            .map_err(Error::io)?;
-        stream
-            .set_write_timeout(Some(cfg.staleness.max(cfg.connect_timeout)))
-            .map_err(Error::io)?;
-
-        let mut hello = redis::cmd("HELLO");
-        hello.arg(3);
-        if let Some(pass) = &cfg.password {
-            hello
-                .arg("AUTH")
-                .arg(cfg.username.as_deref().unwrap_or("default"))
-                .arg(pass);
-        }
-        let mut cmds = vec![hello];
-        let mut names = vec!["HELLO"];
+        let mut stream = dial(cfg)?;
+        let mut cmds = vec![("HELLO", hello(cfg))];
         if cfg.db != 0 {
-            cmds.push(redis::cmd("SELECT").arg(cfg.db).clone());
-            names.push("SELECT");
+            cmds.push(("SELECT", redis::cmd("SELECT").arg(cfg.db).clone()));
         }
-        if cfg.expirations && first {
-            cmds.push(
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg("notify-keyspace-events")
-                    .clone(),
-            );
-            names.push("CONFIG GET");
-        }
-        if cfg.expirations {
-            cmds.push(redis::cmd("SUBSCRIBE").arg(cfg.expired_channel()).clone());
-            names.push("SUBSCRIBE");
-        }
-        names.push("CLIENT TRACKING");
-        cmds.push(
+        cmds.push((
+            "CLIENT TRACKING",
             redis::cmd("CLIENT")
                 .arg("TRACKING")
                 .arg("ON")
@@ -580,39 +503,11 @@ where
                 .arg(&cfg.prefix[..])
                 .arg("NOLOOP")
                 .clone(),
-        );
-        let mut bytes = Vec::new();
-        for c in &cmds {
-            c.write_packed_command(&mut bytes);
-        }
+        ));
         let tracking_sent = self.clock.now();
-        stream.write_all(&bytes).map_err(Error::io)?;
         let mut parser = Parser::new();
-        for name in names {
-            let reply = loop {
-                let v = parser
-                    .parse_value(&mut stream)
-                    .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
-                match v {
-                    // An expiration right after SUBSCRIBE, before tracking
-                    // is on: published like any other.
-                    Value::Push {
-                        kind: PushKind::Message,
-                        data,
-                    } => self.expired_key(data),
-                    v => break v,
-                }
-            };
-            match reply {
-                // CONFIG may be disabled or denied (managed servers): the
-                // setting cannot be checked then, only documented.
-                Value::ServerError(_) if name == "CONFIG GET" => {}
-                Value::ServerError(e) => return Err(Error::Server(format!("{name}: {e}"))),
-                reply if name == "CONFIG GET" => check_key_events(&reply)?,
-                _ => {}
-            }
-        }
-        stream.set_read_timeout(None).map_err(Error::io)?;
+        // Tracking is on only once its reply is in: no push comes before.
+        handshake(&mut stream, &mut parser, &cmds, &[], |_| {})?;
         Ok(Fresh {
             stream,
             parser,
@@ -688,7 +583,7 @@ where
             if let Some(h) = reader.take() {
                 let _ = h.join();
             }
-            match self.connect(false).and_then(|f| self.install(f)) {
+            match self.connect().and_then(|f| self.install(f)) {
                 Ok(h) => {
                     reader = Some(h);
                     backoff = Duration::from_millis(10);
@@ -725,30 +620,85 @@ impl<K, V> Shared<K, V> {
     }
 }
 
-/// Checks the reply to `CONFIG GET notify-keyspace-events`: the server
-/// sends `expired` key events only if its flags have `E` (key events) and
-/// `x` (expirations) or `A` (every class).
-fn check_key_events(reply: &Value) -> Result<(), Error> {
-    let flags = match reply {
-        Value::Map(pairs) => pairs.first().map(|(_, v)| v),
-        Value::Array(items) => items.get(1),
-        _ => None,
-    };
-    let flags = match flags {
-        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(Value::SimpleString(s)) => s.clone(),
-        _ => {
-            return Err(Error::Protocol(format!(
-                "CONFIG GET notify-keyspace-events answered {reply:?}"
-            )));
+/// A TCP connection to the server, with the configured timeouts; reads time
+/// out after `connect_timeout` until [`handshake`] is done.
+pub(crate) fn dial(cfg: &Config) -> Result<TcpStream, Error> {
+    let addrs = (cfg.host.as_str(), cfg.port)
+        .to_socket_addrs()
+        .map_err(Error::io)?;
+    let mut last = down();
+    let mut stream = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Error::io(e),
         }
-    };
-    if flags.contains('E') && (flags.contains('x') || flags.contains('A')) {
-        return Ok(());
     }
-    Err(Error::Config(format!(
-        "redis_expirations: the server's notify-keyspace-events is {flags:?}, which sends no \
-         expired key events; they need E and x (`CONFIG SET notify-keyspace-events Ex`, or \
-         `notify-keyspace-events Ex` in redis.conf)"
-    )))
+    let stream = stream.ok_or(last)?;
+    stream.set_nodelay(true).map_err(Error::io)?;
+    stream
+        .set_read_timeout(Some(cfg.connect_timeout))
+        .map_err(Error::io)?;
+    stream
+        .set_write_timeout(Some(cfg.staleness.max(cfg.connect_timeout)))
+        .map_err(Error::io)?;
+    Ok(stream)
+}
+
+/// `HELLO 3`, with the credentials if any.
+pub(crate) fn hello(cfg: &Config) -> redis::Cmd {
+    let mut hello = redis::cmd("HELLO");
+    hello.arg(3);
+    if let Some(pass) = &cfg.password {
+        hello
+            .arg("AUTH")
+            .arg(cfg.username.as_deref().unwrap_or("default"))
+            .arg(pass);
+    }
+    hello
+}
+
+/// Sends `cmds` (named, for errors) in one write and reads one reply for
+/// each, in order, handing any `message` push read meanwhile to `message`;
+/// then lifts the read timeout. Returns the replies. A server error is an
+/// [`Error::Server`] naming its command, unless the command is named in
+/// `may_fail` (then its error reply is returned like any other).
+pub(crate) fn handshake(
+    stream: &mut TcpStream,
+    parser: &mut Parser,
+    cmds: &[(&'static str, redis::Cmd)],
+    may_fail: &[&str],
+    mut message: impl FnMut(Vec<Value>),
+) -> Result<Vec<Value>, Error> {
+    let mut bytes = Vec::new();
+    for (_, c) in cmds {
+        c.write_packed_command(&mut bytes);
+    }
+    stream.write_all(&bytes).map_err(Error::io)?;
+    let mut replies = Vec::with_capacity(cmds.len());
+    for (name, _) in cmds {
+        let reply = loop {
+            let v = parser
+                .parse_value(&mut *stream)
+                .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+            match v {
+                Value::Push {
+                    kind: PushKind::Message,
+                    data,
+                } => message(data),
+                v => break v,
+            }
+        };
+        match reply {
+            Value::ServerError(e) if !may_fail.contains(name) => {
+                return Err(Error::Server(format!("{name}: {e}")));
+            }
+            reply => replies.push(reply),
+        }
+    }
+    stream.set_read_timeout(None).map_err(Error::io)?;
+    Ok(replies)
 }

@@ -223,27 +223,65 @@ fn a_server_that_refuses_config_is_trusted() {
 }
 
 #[test]
-fn expirations_are_reported_again_after_a_reconnect() {
+fn the_events_connection_is_its_own_and_comes_back_after_a_kill() {
     let s = Server::start_with(EVENTS);
     let w = watcher(&s);
     let mut rx = w.subscribe_expirations().unwrap();
     let mut raw = s.raw();
-    for kind in ["normal", "pubsub"] {
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg(kind)
-            .arg("SKIPME")
-            .arg("yes")
-            .query(&mut raw)
-            .unwrap();
-    }
-    eventually("reconnected", || (w.connections() >= 2).then_some(()));
-    // Subscribed again before the new connection was installed.
-    let end = sentinel(&mut raw);
-    let (got, _) = until(&mut rx, &end);
-    assert_eq!(got.last(), Some(&end));
-    // The reader outlives the connection; only the cache's drop closes it.
+    // The subscribed connection is a pub/sub client; the data connection
+    // is not, and lives on.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(killed, 1, "one subscribed connection");
+    assert_eq!(w.get(&"absent".to_string()).unwrap(), None, "a round trip");
+    assert_eq!(w.connections(), 1, "the data connection was not touched");
+    // Events sent before the events' connection is back are lost; once it
+    // is, every expiration is reported again.
+    let end = eventually("expirations reported again", || {
+        let end = sentinel(&mut raw);
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(k) => Some(k),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(e) => panic!("{e:?}"),
+        }
+        .filter(|k| *k == end)
+    });
+    assert_eq!(end, "end");
+    // The reader outlives the connections; only the cache's drop closes it.
     drop(w);
     assert!(matches!(rx.recv(), Err(RecvError::Closed)));
+}
+
+#[test]
+fn a_refused_subscribe_fails_build_and_nothing_else() {
+    let s = Server::start_with(EVENTS);
+    let mut raw = s.raw();
+    // A user with every command and key but no pub/sub channel.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nochan")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@all")
+        .arg("resetchannels")
+        .query(&mut raw)
+        .unwrap();
+    let url = format!("redis://nochan:pw@127.0.0.1:{}", s.port);
+    match NearCache::<String, u64>::builder(url.as_str())
+        .redis_expirations(true)
+        .build()
+    {
+        Err(Error::Server(m)) => assert!(m.contains("SUBSCRIBE"), "{m}"),
+        other => panic!("expected the server's refusal, got {:?}", other.err()),
+    }
+    let plain = NearCache::<String, u64>::builder(url.as_str())
+        .build()
+        .unwrap();
+    plain.put("k".into(), 1, Duration::from_secs(60)).unwrap();
+    assert_eq!(plain.get(&"k".to_string()).unwrap(), Some(1));
 }
