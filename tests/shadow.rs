@@ -892,20 +892,25 @@ fn conservation(bound: Option<u64>, loads: bool, idle: Option<Duration>) {
     let returned = Arc::new(Mutex::new(Vec::new()));
     let threads = 4;
     let ops = scaled(50_000) as u64;
+    // Operations done by all workers: the driver paces time by it, so that
+    // however the threads are scheduled, time moves while values are held.
+    let done = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..threads)
         .map(|t| {
-            let (map, live, next_id, returned, loaded) = (
+            let (map, live, next_id, returned, loaded, done) = (
                 map.clone(),
                 live.clone(),
                 next_id.clone(),
                 returned.clone(),
                 loaded.clone(),
+                done.clone(),
             );
             std::thread::spawn(move || {
                 let mut rng = Rng(seed(99) + t);
                 let mut mine = Vec::new();
                 let mut my_loads = Vec::new();
                 for _ in 0..ops {
+                    done.fetch_add(1, Ordering::Relaxed);
                     let key = rng.below(keys);
                     if loads && rng.below(3) == 0 {
                         let ttl = Duration::from_micros(1 + rng.below(3_000));
@@ -947,12 +952,16 @@ fn conservation(bound: Option<u64>, loads: bool, idle: Option<Duration>) {
     // Expiry races the workers: a driver thread advances virtual time, and
     // at the end to `u64::MAX`, where every value still held leaves as
     // `Expired` unless its TTL saturated; two more threads call
-    // `evict_expired` in a loop beside the background thread.
+    // `evict_expired` in a loop beside the background thread. Round `r`
+    // starts once the workers have made `r / 200` of their operations.
     let driver = {
         let clock = clock.clone();
         let map = map.clone();
         std::thread::spawn(move || {
             for round in 0..200 {
+                while done.load(Ordering::Relaxed) < round * threads * ops / 200 {
+                    std::thread::yield_now();
+                }
                 let by = if round == 190 {
                     Duration::MAX
                 } else {
