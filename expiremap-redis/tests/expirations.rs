@@ -225,7 +225,14 @@ fn a_server_that_refuses_config_is_trusted() {
 #[test]
 fn the_events_connection_is_its_own_and_comes_back_after_a_kill() {
     let s = Server::start_with(EVENTS);
-    let w = watcher(&s);
+    // A long staleness bound: no late ping can close the data connection,
+    // so it is reconnected only if the kill hit it.
+    let w: NearCache<String, u64> = NearCache::builder(s.url())
+        .prefix("e:")
+        .staleness_bound(Duration::from_secs(60))
+        .redis_expirations(true)
+        .build()
+        .unwrap();
     let mut rx = w.subscribe_expirations().unwrap();
     let mut raw = s.raw();
     // The subscribed connection is a pub/sub client; the data connection
