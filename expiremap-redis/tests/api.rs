@@ -24,8 +24,16 @@ fn structured_keys_and_values_round_trip() {
         tags: Vec<String>,
     }
     let s = Server::start();
-    let a: NearCache<User, Profile> = NearCache::builder(s.url()).prefix("u:").build().unwrap();
-    let b: NearCache<User, Profile> = NearCache::builder(s.url()).prefix("u:").build().unwrap();
+    let a: NearCache<User, Profile> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("u:")
+        .build()
+        .unwrap();
+    let b: NearCache<User, Profile> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("u:")
+        .build()
+        .unwrap();
     let k = User {
         tenant: 7,
         name: "ann".into(),
@@ -47,9 +55,16 @@ fn structured_keys_and_values_round_trip() {
 #[test]
 fn codec_errors_are_typed() {
     let s = Server::start();
-    let strings: NearCache<String, String> =
-        NearCache::builder(s.url()).prefix("c:").build().unwrap();
-    let numbers: NearCache<String, u64> = NearCache::builder(s.url()).prefix("c:").build().unwrap();
+    let strings: NearCache<String, String> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("c:")
+        .build()
+        .unwrap();
+    let numbers: NearCache<String, u64> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("c:")
+        .build()
+        .unwrap();
     strings.put("k".into(), "hello".into(), HOUR).unwrap();
     // "hello" is a length 5 and five bytes: a u64 of 5 with bytes left over.
     match numbers.get(&"k".to_string()) {
@@ -81,7 +96,11 @@ fn codec_errors_are_typed() {
             Ok(Refuses)
         }
     }
-    let r: NearCache<String, Refuses> = NearCache::builder(s.url()).prefix("c:").build().unwrap();
+    let r: NearCache<String, Refuses> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("c:")
+        .build()
+        .unwrap();
     match r.put("z".into(), Refuses, HOUR) {
         Err(Error::Codec(e)) => assert!(e.encoding && e.part == "value", "{e}"),
         other => panic!("expected a codec error, got {other:?}"),
@@ -99,7 +118,11 @@ fn codec_errors_are_typed() {
 #[test]
 fn get_or_insert_with_loads_once_per_key() {
     let s = Server::start();
-    let a: NearCache<String, u64> = NearCache::builder(s.url()).prefix("l:").build().unwrap();
+    let a: NearCache<String, u64> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("l:")
+        .build()
+        .unwrap();
     let calls = AtomicU32::new(0);
     let start = Barrier::new(8);
     std::thread::scope(|sc| {
@@ -119,7 +142,11 @@ fn get_or_insert_with_loads_once_per_key() {
     });
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // Stored in Redis: another cache finds it without loading.
-    let b: NearCache<String, u64> = NearCache::builder(s.url()).prefix("l:").build().unwrap();
+    let b: NearCache<String, u64> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("l:")
+        .build()
+        .unwrap();
     let v = b
         .get_or_insert_with("k".into(), HOUR, || unreachable!())
         .unwrap();
@@ -147,8 +174,13 @@ fn get_or_insert_with_loads_once_per_key() {
 #[test]
 fn subscribers_see_near_copies_leave() {
     let s = Server::start();
-    let a: NearCache<String, u64> = NearCache::builder(s.url()).prefix("e:").build().unwrap();
+    let a: NearCache<String, u64> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("e:")
+        .build()
+        .unwrap();
     let b: NearCache<String, u64> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
         .prefix("e:")
         .publish_removals(true)
         .build()
@@ -176,20 +208,28 @@ fn subscribers_see_near_copies_leave() {
 #[test]
 fn bad_settings_are_config_errors() {
     let s = Server::start();
-    let r = NearCache::<u32, u32>::builder(s.url()).prefix("").build();
+    let r = NearCache::<u32, u32>::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("")
+        .build();
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     let r = NearCache::<u32, u32>::builder("redis+unix:///tmp/x.sock").build();
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     let r = NearCache::<u32, u32>::builder(s.url())
+        .staleness_bound(HOUR)
         .staleness_bound(Duration::from_millis(1))
         .build();
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     let r = NearCache::<u32, u32>::builder(s.url())
+        .staleness_bound(HOUR)
         .max_entries(0)
         .build();
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     // Zero TTL: ignored, as in ExpireMap.
-    let c = NearCache::<u32, u32>::builder(s.url()).build().unwrap();
+    let c = NearCache::<u32, u32>::builder(s.url())
+        .staleness_bound(HOUR)
+        .build()
+        .unwrap();
     c.put(1, 1, Duration::ZERO).unwrap();
     assert_eq!(c.get(&1).unwrap(), None);
 }
@@ -199,10 +239,12 @@ fn password_and_database_from_the_url() {
     let s = Server::start_with(&["--requirepass", "s3cret"]);
     let url = format!("redis://:s3cret@127.0.0.1:{}/3", s.port);
     let a: NearCache<String, u64> = NearCache::builder(url.as_str())
+        .staleness_bound(HOUR)
         .prefix("p:")
         .build()
         .unwrap();
     let b: NearCache<String, u64> = NearCache::builder(url.as_str())
+        .staleness_bound(HOUR)
         .prefix("p:")
         .build()
         .unwrap();

@@ -14,9 +14,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 const EVENTS: &[&str] = &["--notify-keyspace-events", "Ex"];
+/// Staleness bound of the caches: their pings never time out, so a slow
+/// machine cannot close a connection by answering late.
+const HOUR: Duration = Duration::from_secs(3600);
 
 fn watcher(s: &Server) -> NearCache<String, u64> {
     NearCache::builder(s.url())
+        .staleness_bound(HOUR)
         .prefix("e:")
         .redis_expirations(true)
         .build()
@@ -70,7 +74,11 @@ fn until(rx: &mut Receiver<String>, last: &str) -> (Vec<String>, u64) {
 #[test]
 fn keys_expired_in_redis_are_reported_once_each_and_only_ours() {
     let s = Server::start_with(EVENTS);
-    let writer: NearCache<String, u64> = NearCache::builder(s.url()).prefix("e:").build().unwrap();
+    let writer: NearCache<String, u64> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("e:")
+        .build()
+        .unwrap();
     let w = watcher(&s);
     let mut rx = w.subscribe_expirations().unwrap();
     let mut raw = s.raw();
@@ -178,6 +186,7 @@ fn build_checks_that_the_server_sends_expired_events() {
     // Default settings: no key events.
     let s = Server::start();
     match NearCache::<String, u64>::builder(s.url())
+        .staleness_bound(HOUR)
         .redis_expirations(true)
         .build()
     {
@@ -194,13 +203,17 @@ fn build_checks_that_the_server_sends_expired_events() {
             .query(&mut raw)
             .unwrap();
         let r = NearCache::<String, u64>::builder(s.url())
+            .staleness_bound(HOUR)
             .redis_expirations(true)
             .build();
         assert_eq!(r.is_ok(), ok, "{flags}: {:?}", r.err());
     }
     // Without the option, the server's settings do not matter, and there is
     // nothing to subscribe to.
-    let plain = NearCache::<String, u64>::builder(s.url()).build().unwrap();
+    let plain = NearCache::<String, u64>::builder(s.url())
+        .staleness_bound(HOUR)
+        .build()
+        .unwrap();
     assert!(matches!(
         plain.subscribe_expirations(),
         Err(Error::Config(_))
@@ -225,14 +238,9 @@ fn a_server_that_refuses_config_is_trusted() {
 #[test]
 fn the_events_connection_is_its_own_and_comes_back_after_a_kill() {
     let s = Server::start_with(EVENTS);
-    // A long staleness bound: no late ping can close the data connection,
-    // so it is reconnected only if the kill hit it.
-    let w: NearCache<String, u64> = NearCache::builder(s.url())
-        .prefix("e:")
-        .staleness_bound(Duration::from_secs(60))
-        .redis_expirations(true)
-        .build()
-        .unwrap();
+    // No late ping can close the data connection (`HOUR`), so it is
+    // reconnected only if the kill hit it.
+    let w = watcher(&s);
     let mut rx = w.subscribe_expirations().unwrap();
     let mut raw = s.raw();
     // The subscribed connection is a pub/sub client; the data connection
@@ -280,6 +288,7 @@ fn a_refused_subscribe_fails_build_and_nothing_else() {
         .unwrap();
     let url = format!("redis://nochan:pw@127.0.0.1:{}", s.port);
     match NearCache::<String, u64>::builder(url.as_str())
+        .staleness_bound(HOUR)
         .redis_expirations(true)
         .build()
     {
@@ -287,6 +296,7 @@ fn a_refused_subscribe_fails_build_and_nothing_else() {
         other => panic!("expected the server's refusal, got {:?}", other.err()),
     }
     let plain = NearCache::<String, u64>::builder(url.as_str())
+        .staleness_bound(HOUR)
         .build()
         .unwrap();
     plain.put("k".into(), 1, Duration::from_secs(60)).unwrap();

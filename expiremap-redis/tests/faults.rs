@@ -9,10 +9,16 @@ use std::time::{Duration, Instant};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// A cache whose pings never time out (a slow machine cannot close its
+/// connection by answering late); these tests break connections on purpose.
 fn cache(s: &Server) -> NearCache<String, u64> {
+    cache_with(s, HOUR)
+}
+
+fn cache_with(s: &Server, staleness: Duration) -> NearCache<String, u64> {
     NearCache::builder(s.url())
         .prefix("f:")
-        .staleness_bound(Duration::from_millis(100))
+        .staleness_bound(staleness)
         .build()
         .expect("connect")
 }
@@ -64,7 +70,8 @@ fn killed_and_restarted_server_errors_then_recovers_without_stale_reads() {
 #[test]
 fn frozen_server_stops_near_hits_within_the_bound_then_recovers() {
     let s = Server::start();
-    let a = cache(&s);
+    // Pings every 25 ms, so that a frozen server is noticed soon.
+    let a = cache_with(&s, Duration::from_millis(100));
     let k = "k".to_string();
     a.put(k.clone(), 1, HOUR).unwrap();
     assert!(a.near_ttl(&k).is_some());
