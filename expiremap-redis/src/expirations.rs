@@ -100,7 +100,9 @@ where
                 .clone();
             cmds.push(("CONFIG GET", get));
         }
-        let subscribe = redis::cmd("SUBSCRIBE").arg(cfg.expired_channel()).clone();
+        // Key events are per database: `__keyevent@<db>__:expired`.
+        let channel = format!("__keyevent@{}__:expired", cfg.db);
+        let subscribe = redis::cmd("SUBSCRIBE").arg(channel).clone();
         cmds.push(("SUBSCRIBE", subscribe));
         let mut parser = Parser::new();
         // CONFIG may be disabled or denied (managed servers): the setting
@@ -113,7 +115,10 @@ where
         }
         let mut slot = lock(&self.stream);
         if self.closing.load(Ordering::Acquire) {
-            return Err(Error::Config("the cache is closing".into()));
+            return Err(Error::connection(
+                std::io::ErrorKind::NotConnected,
+                "the cache is closing",
+            ));
         }
         *slot = Some(stream.try_clone().map_err(Error::io)?);
         Ok((stream, parser))

@@ -111,11 +111,6 @@ impl Config {
     fn ping_every(&self) -> Duration {
         self.staleness / 4
     }
-
-    /// The channel of the server's `expired` key events in our database.
-    pub(crate) fn expired_channel(&self) -> String {
-        format!("__keyevent@{}__:expired", self.db)
-    }
 }
 
 type Reply<T> = SyncSender<Result<T, Error>>;

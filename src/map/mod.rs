@@ -995,9 +995,7 @@ where
                 let (shard, home, now) =
                     inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now);
                 let found = shard.get_from(home, hash, &key);
-                let idle_expired = found
-                    .as_ref()
-                    .is_some_and(|f| now > f.deadline && f.idle_expired(now));
+                let idle_expired = found.as_ref().is_some_and(|f| f.idle_expired(now));
                 let seen = found
                     .filter(|f| now <= f.deadline)
                     .map(|f| (f.value.clone(), f.deadline, f.deadline - now, f.write));

@@ -593,12 +593,12 @@ impl<V> Found<'_, V> {
         true
     }
 
-    /// Whether the entry, not live at `now`, expired by its idle time alone
-    /// (its write deadline has not passed): a read in flight may still
-    /// record an access that keeps it alive.
+    /// Whether the entry expired by `now` by its idle time alone (its write
+    /// deadline has not passed): a read in flight may still record an
+    /// access that keeps it alive.
     #[inline]
     pub(crate) fn idle_expired(&self, now: u64) -> bool {
-        self.idle.is_some() && now <= self.write
+        self.idle.is_some() && self.deadline < now && now <= self.write
     }
 
     /// The effective deadline once [`access`](Self::access) at `now` said
