@@ -253,6 +253,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod sync;
+mod unwind;
 
 pub mod broadcast;
 pub mod clock;

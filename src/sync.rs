@@ -280,3 +280,13 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+/// std's primitives in every build, loom's included: for bookkeeping whose
+/// critical sections hold no loom-modelled operation (so that, under loom,
+/// they are never contended across a switch of threads), and which no
+/// protocol relies on for its correctness: today only the graph of waits
+/// that turns a cycle of single-flight waits into a panic (`map::load`).
+pub(crate) mod unmodeled {
+    pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+    pub(crate) use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+}

@@ -64,8 +64,9 @@ fn bytes_per_entry_stay_within_the_documented_bound() {
         );
     }
     // Bounded: the table sized for the bound up front (3/4 full when the
-    // map is), the last slab chunks no larger than needed, and the
-    // admission sketch (12 four-bit counters per entry of the bound):
+    // map is; a shard's share of up to 2^18 entries), the last slab chunks
+    // no larger than needed, and the admission sketch (12 four-bit
+    // counters per entry of the bound, grown as the shards fill):
     // under 48 bytes per entry held, everything counted.
     let n = 1_000_000;
     let (bytes, held) = bytes_for(n, true);
@@ -75,4 +76,35 @@ fn bytes_per_entry_stay_within_the_documented_bound() {
     );
     assert!(held >= 0.99 * n as f64, "only {held} of {n} held");
     assert!(bytes / held <= 48.0, "{:.2} bytes per entry", bytes / held);
+    huge_bounds_cost_what_the_map_holds();
+}
+
+/// A bound of `u64::MAX` (entries or weight) on 8 shards: at most 32 MB
+/// allocated after `build` (it was 683 MB resident, the sketch and table
+/// sized for each shard's share of the bound), and `clear` makes shards
+/// no larger than new ones. Part of the one test of this binary, so that
+/// nothing else allocates while it counts.
+fn huge_bounds_cost_what_the_map_holds() {
+    const LIMIT: isize = 32 << 20;
+    for weighted in [false, true] {
+        let before = LIVE.load(Ordering::SeqCst);
+        let builder = ExpireMap::<u64, u64>::builder()
+            .shards(8)
+            .background_eviction(false);
+        let map = if weighted {
+            builder.max_weight(u64::MAX).weigher(|_, _| 1).build()
+        } else {
+            builder.max_entries(u64::MAX).build()
+        };
+        let built = LIVE.load(Ordering::SeqCst) - before;
+        println!("bound u64::MAX (weighted: {weighted}): {built} bytes after build");
+        assert!(built <= LIMIT, "{built} bytes after build");
+        for k in 0..10_000 {
+            map.put(k, k, Duration::from_secs(3_600));
+        }
+        map.clear();
+        let cleared = LIVE.load(Ordering::SeqCst) - before;
+        assert!(cleared <= 2 * LIMIT, "{cleared} bytes after clear");
+        drop(map);
+    }
 }

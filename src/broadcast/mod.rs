@@ -214,6 +214,7 @@ pub use error::{BuildError, RecvError, RecvTimeoutError, SubscribeError, TryRecv
 
 use crate::clock::{Clock, SystemClock};
 use crate::sync::{Arc, Ordering};
+use crate::unwind::Panics;
 use ring::{Backoff, Inner, SEQ, SUSPENDED};
 
 /// Backoff steps a blocking receive spends watching `read_gen` before it
@@ -324,15 +325,24 @@ impl<T: Send + Sync> Sender<T> {
     /// tx.send_batch([1, 2, 3]);
     /// assert_eq!((rx.recv(), rx.recv(), rx.recv()), (Ok(1), Ok(2), Ok(3)));
     /// ```
+    ///
+    /// A message that a send overwrites (the ring's oldest) is dropped
+    /// there; if its `Drop` panics, the rest of `values` is still sent, and
+    /// the first such panic is resumed once all of them were.
     pub fn send_batch(&self, values: impl IntoIterator<Item = T>) {
-        let mut wake = OwedWake {
-            inner: &self.inner,
-            owed: false,
-        };
-        for value in values {
-            self.send_owing(move || value, &mut wake.owed);
+        let mut panics = Panics::new();
+        {
+            let mut wake = OwedWake {
+                inner: &self.inner,
+                owed: false,
+            };
+            for value in values {
+                let old = self.send_owing(move || value, &mut wake.owed);
+                panics.drop_each(old);
+            }
+            // `wake` delivers an owed wake-up here, or while unwinding.
         }
-        // `wake` delivers an owed wake-up here, or while unwinding.
+        panics.resume();
     }
 
     /// Reserves a slot, builds the value with `make`, publishes it. If `make`
@@ -342,12 +352,18 @@ impl<T: Send + Sync> Sender<T> {
             inner: &self.inner,
             owed: false,
         };
-        self.send_owing(make, &mut wake.owed);
+        let old = self.send_owing(make, &mut wake.owed);
+        // The freed message's `Drop` runs after publishing, outside the
+        // reserve..publish window.
+        drop(wake);
+        drop(old);
     }
 
     /// The body of every send. A wake-up owed by the publish is added to
-    /// `owed`; the caller's [`OwedWake`] delivers it.
-    fn send_owing(&self, make: impl FnOnce() -> T, owed: &mut bool) {
+    /// `owed`; the caller's [`OwedWake`] delivers it. Returns the message
+    /// the send freed (the slot's previous one), for the caller to drop.
+    #[must_use]
+    fn send_owing(&self, make: impl FnOnce() -> T, owed: &mut bool) -> Option<T> {
         let inner = &*self.inner;
         let seq = inner.reserve();
         let slot = inner.slot(seq);
@@ -366,9 +382,7 @@ impl<T: Send + Sync> Sender<T> {
             *p = Some(value);
         });
         drop(publish);
-        // The freed message's `Drop` runs after publishing, outside the
-        // reserve..publish window.
-        drop(old);
+        old
     }
 
     /// Registers a new receiver. It starts at the next message published

@@ -110,6 +110,22 @@ unsafe impl<T: Send + Sync> Send for Inner<T> {}
 // SAFETY: as for `Send` above.
 unsafe impl<T: Send + Sync> Sync for Inner<T> {}
 
+impl<T> Drop for Inner<T> {
+    /// Drops the messages still in the ring one at a time, so that a
+    /// panicking `Drop` of one still drops the others (the slice's drop
+    /// glue would abort on a second panic); the first panic goes on after.
+    fn drop(&mut self) {
+        let mut panics = crate::unwind::Panics::new();
+        for slot in self.slots.iter() {
+            // SAFETY: `&mut self`: no handle is left, so nothing else
+            // reads or writes any slot.
+            let value = slot.with_mut(|p| unsafe { (*p).take() });
+            panics.drop_each(value);
+        }
+        panics.resume();
+    }
+}
+
 /// Exponential spin, then yield: used only by the waits the ground rules
 /// allow (an earlier writer publishing, a reader mid-copy).
 pub(super) struct Backoff(u32);

@@ -696,9 +696,27 @@ fn a_panicking_drop_mid_batch_still_delivers_the_owed_wakeup() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     // Reusing the only slot drops the bomb after publishing Bomb(false):
     // the panic unwinds out of send_batch, which must still wake the reader.
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        tx.send_batch([Bomb(false), Bomb(false)])
-    }));
+    let r = catch_unwind(AssertUnwindSafe(|| tx.send_batch([Bomb(false)])));
     assert!(r.is_err(), "the old message's drop panicked");
     assert_eq!(reader.join().unwrap(), (Ok(false), Ok(false)));
+}
+
+/// Overwriting messages whose `Drop` panics does not cut a batch short:
+/// every message is sent, every displaced one dropped, and the first panic
+/// reaches the sender at the end.
+#[test]
+fn a_panicking_drop_mid_batch_still_sends_the_rest() {
+    let tx = Sender::new(2, 1).unwrap();
+    tx.send(Bomb(true));
+    tx.send(Bomb(true));
+    let mut rx = tx.subscribe().unwrap();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        tx.send_batch([Bomb(false), Bomb(false), Bomb(false), Bomb(false)])
+    }));
+    assert!(r.is_err(), "the old messages' drops panicked");
+    // All four were sent: two still in the ring, the reader two behind.
+    assert_eq!(rx.try_recv().map(|b| b.0), Err(TryRecvError::Lagged(2)));
+    assert_eq!(rx.try_recv().map(|b| b.0), Ok(false));
+    assert_eq!(rx.try_recv().map(|b| b.0), Ok(false));
+    assert_eq!(rx.try_recv().map(|b| b.0), Err(TryRecvError::Empty));
 }

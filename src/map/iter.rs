@@ -20,8 +20,10 @@
 //!   entry holds the one `f` was shown. Otherwise the rejected entries are
 //!   read again and `f` asked again, at most [`RETAIN_TRIES`] times.
 
+use super::load;
 use super::shard::Removed;
 use super::{ExpireMap, Time};
+use crate::unwind::{Panic, Panics, clone_pair};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::iter::FusedIterator;
@@ -48,17 +50,25 @@ struct Walk<'a, K, V, S, T> {
     shard: usize,
     /// The first slab index of the next span in `shard`.
     from: u32,
+    /// The slab length `shard` had when the walk reached it: the walk ends
+    /// there, so that entries put behind it cannot keep it going.
+    end: Option<u32>,
     batch: Vec<T>,
-    /// Makes a batch item from a live entry, under the read lock.
-    take: fn(&K, &V) -> T,
+    /// Makes a batch item from a live entry, under the read lock; if a
+    /// clone panics, what it had cloned already comes back with the panic.
+    take: Take<K, V, T>,
 }
 
+/// How a walk clones an entry under the read lock (see [`Walk::take`]).
+type Take<K, V, T> = fn(&K, &V) -> Result<T, (K, Panic)>;
+
 impl<'a, K, V, S, T> Walk<'a, K, V, S, T> {
-    fn new(map: &'a ExpireMap<K, V, S>, take: fn(&K, &V) -> T) -> Self {
+    fn new(map: &'a ExpireMap<K, V, S>, take: Take<K, V, T>) -> Self {
         Self {
             map,
             shard: 0,
             from: 0,
+            end: None,
             batch: Vec::new(),
             take,
         }
@@ -72,19 +82,35 @@ impl<'a, K, V, S, T> Walk<'a, K, V, S, T> {
             }
             let lock = inner.shards.get(self.shard)?;
             // Filled away from `self`: if a clone panics, the partial batch
-            // is dropped with the unwinding, and the span (still `from`) is
+            // is dropped with the unwinding (outside the lock: it is
+            // declared before the guard), and the span (still `from`) is
             // read whole by the next call.
             let mut batch = std::mem::take(&mut self.batch);
+            let mut unwound = None;
             let take = self.take;
             let next = {
                 let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
-                guard.visit(self.from, SPAN, now, |_, k, v| batch.push(take(k, v)))
+                let end = *self.end.get_or_insert_with(|| guard.slab_len());
+                guard.visit(self.from, SPAN, end, now, |_, k, v| match take(k, v) {
+                    Ok(item) => {
+                        batch.push(item);
+                        true
+                    }
+                    Err(e) => {
+                        unwound = Some(e);
+                        false
+                    }
+                })
             };
+            if let Some((key, panic)) = unwound {
+                drop(key);
+                std::panic::resume_unwind(panic);
+            }
             batch.reverse();
             self.batch = batch;
             match next {
                 Some(from) => self.from = from,
-                None => (self.shard, self.from) = (self.shard + 1, 0),
+                None => (self.shard, self.from, self.end) = (self.shard + 1, 0, None),
             }
         }
     }
@@ -232,7 +258,7 @@ where
     /// ```
     pub fn iter(&self) -> Iter<'_, K, V, S> {
         Iter {
-            walk: Walk::new(self, |k, v| (k.clone(), v.clone())),
+            walk: Walk::new(self, clone_pair),
         }
     }
 
@@ -252,7 +278,7 @@ where
     /// ```
     pub fn keys(&self) -> Keys<'_, K, V, S> {
         Keys {
-            walk: Walk::new(self, |k, _| k.clone()),
+            walk: Walk::new(self, |k, _| Ok(k.clone())),
         }
     }
 
@@ -303,36 +329,47 @@ where
     {
         let inner = &*self.inner;
         let mut batch = Vec::new();
-        for (shard, lock) in inner.shards.iter().enumerate() {
+        for lock in inner.shards.iter() {
+            let mut end = None;
             let mut from = Some(0);
             while let Some(at) = from {
-                let version = {
+                let mut watch = Watch { lock, place: None };
+                let mut unwound = None;
+                {
                     let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
-                    from = guard.visit(at, SPAN, now, |i, k, v| {
-                        batch.push((i, k.clone(), v.clone()));
+                    let end = *end.get_or_insert_with(|| guard.slab_len());
+                    watch.place = Some(guard.changes.watch());
+                    from = guard.visit(at, SPAN, end, now, |i, k, v| match clone_pair(k, v) {
+                        Ok((k, v)) => {
+                            batch.push((i, k, v));
+                            true
+                        }
+                        Err(e) => {
+                            unwound = Some(e);
+                            false
+                        }
                     });
-                    guard.version
-                };
-                self.retain_span(shard, version, &mut batch, &mut f);
+                }
+                if let Some((key, panic)) = unwound {
+                    drop(key);
+                    std::panic::resume_unwind(panic);
+                }
+                self.retain_span(&mut watch, &mut batch, &mut f);
             }
         }
     }
 
-    /// Asks `f` about the entries of one span of shard `shard`, read at
-    /// `version` into `batch` (left empty), and removes those it rejects
-    /// (see [`retain`](Self::retain)).
-    fn retain_span<F>(
-        &self,
-        shard: usize,
-        mut version: u64,
-        batch: &mut Vec<(u32, K, V)>,
-        f: &mut F,
-    ) where
+    /// Asks `f` about the entries of one span, read into `batch` (left
+    /// empty) while `watch` watched their shard, and removes those it
+    /// rejects that did not change since (see [`retain`](Self::retain)).
+    fn retain_span<F>(&self, watch: &mut Watch<'_, K, V>, batch: &mut Vec<(u32, K, V)>, f: &mut F)
+    where
         F: FnMut(&K, &V) -> bool,
     {
         let inner = &*self.inner;
-        let lock = &inner.shards[shard];
+        let lock = watch.lock;
         let mut rejected: Vec<Rejected> = Vec::new();
+        let mut panics = Panics::new();
         for attempt in 1..=RETAIN_TRIES {
             // Drained one at a time: if `f` panics, the rest of the batch
             // is dropped with `batch` by the caller, outside every lock.
@@ -343,41 +380,93 @@ where
                 }
             }
             if rejected.is_empty() {
-                return;
+                break;
             }
             let mut out: Vec<Removed<K, V>> = Vec::new();
-            let (done, now) = {
+            let mut again: Vec<Rejected> = Vec::new();
+            let mut waits = Vec::new();
+            let now = {
                 let (mut guard, (), now) = inner.clock.around(|| lock.write(), |_| (), Time::now);
-                if guard.version == version {
-                    for r in &rejected {
-                        if let Some(gone) = guard.take_seen(r.index, r.hash as u32, now) {
-                            inner.loads.wrote(Some(r.hash));
-                            out.push(gone);
+                let place = watch.place.take().expect("watching");
+                for r in rejected.drain(..) {
+                    if guard.changes.changed_since(place, r.index) {
+                        again.push(r);
+                        continue;
+                    }
+                    if !guard.flights.is_empty() {
+                        // A removal is a write of the key: a load of it
+                        // loses, an update of it goes first.
+                        let update = guard
+                            .held(r.index)
+                            .and_then(|(k, _)| load::before_write(&guard.flights, r.hash, k));
+                        if let Some(update) = update {
+                            waits.push(update);
+                            again.push(r);
+                            continue;
                         }
                     }
-                    guard.version += u64::from(!out.is_empty());
-                    (true, now)
-                } else {
-                    (false, now)
+                    if let Some(gone) = guard.take_seen(r.index, r.hash as u32, now) {
+                        out.push(gone);
+                    }
                 }
+                guard.changes.unwatch_and_trim();
+                now
             };
             for gone in out {
-                inner.leave(gone, now);
+                panics.run(|| inner.leave(gone, now));
             }
-            if done || attempt == RETAIN_TRIES {
-                // Out of tries: what `f` rejected last stays.
-                return;
+            if again.is_empty() || attempt == RETAIN_TRIES {
+                // Out of tries: what changed every time stays.
+                break;
             }
-            // Written meanwhile: read what those nodes hold now.
-            let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
-            version = guard.version;
-            for r in &rejected {
-                if let Some((k, v)) = guard.live_at(r.index, now) {
-                    batch.push((r.index, k.clone(), v.clone()));
+            for update in waits {
+                update.wait();
+            }
+            // Changed meanwhile: read what those nodes hold now, and ask
+            // `f` again about the entries still of the same keys.
+            let mut unwound = None;
+            {
+                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
+                watch.place = Some(guard.changes.watch());
+                for r in &again {
+                    let same = guard
+                        .live_at(r.index, now)
+                        .filter(|_| guard.hash_bits(r.index) == r.hash as u32);
+                    if let Some((k, v)) = same {
+                        match clone_pair(k, v) {
+                            Ok((k, v)) => batch.push((r.index, k, v)),
+                            Err(e) => {
+                                unwound = Some(e);
+                                break;
+                            }
+                        }
+                    }
                 }
             }
-            drop(guard);
-            rejected.clear();
+            if let Some((key, panic)) = unwound {
+                drop(key);
+                panics.keep(panic);
+                break;
+            }
+        }
+        panics.resume();
+    }
+}
+
+/// A `retain` span's registration with its shard's [`Changes`]
+/// (`place`, while registered). Dropped while registered (nothing to
+/// remove, or `f` or a clone panicked), it unregisters under the read lock.
+///
+/// [`Changes`]: super::shard::Changes
+struct Watch<'a, K, V> {
+    lock: &'a crate::sync::RwLock<super::shard::Shard<K, V>>,
+    place: Option<usize>,
+}
+
+impl<K, V> Drop for Watch<'_, K, V> {
+    fn drop(&mut self) {
+        if self.place.take().is_some() {
+            self.lock.read().changes.unwatch();
         }
     }
 }

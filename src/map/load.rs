@@ -1,190 +1,330 @@
-//! Single-flight loading for [`ExpireMap::get_or_insert_with`]: at most one
-//! caller per key runs its `init` at a time; the others park until it ends.
+//! One flight per key: the loads of [`ExpireMap::get_or_insert_with`] and
+//! the updates of [`ExpireMap::update`] in flight, and how other callers
+//! wait for them.
 //!
 //! # Protocol
 //!
-//! * A caller that misses registers a [`Load`] under its key's 64-bit hash
-//!   in [`Loads`] (a mutex over a hash map; it holds no user code), raises
-//!   `in_flight`, and then looks the key up once more: a value put between
-//!   its miss and its registration is found then, and returned.
-//! * Every write to an entry (`put`, `put_if_absent`, `remove`, `clear`)
-//!   reads `in_flight` under its shard's write lock and, if any load is in
-//!   flight, marks the load of its key's hash (all of them, for `clear`)
-//!   as *touched*, still under that lock. The loader stores its value under
-//!   the same shard lock only if its load is not touched: a write during
-//!   the load wins, and the loaded value is only returned. The lock orders
-//!   the two: a write either comes before the loader's second look (which
-//!   then sees it) or sees `in_flight` raised (the loader raised it before
-//!   that look, and the look's read lock was released before the write's
-//!   write lock was taken).
-//! * Others that miss find the registered load and park on its condition
-//!   variable (no spinning). When it ends they take its value (a clone), or,
-//!   if `init` failed or panicked, try again: one of them loads next. A
-//!   load of another key with the same hash makes a caller wait for it and
-//!   then look again, which is slower but correct.
-//! * `init` runs with no lock held, so it may use the map for other keys.
-//!   Asking for its own key from inside `init` would wait for itself: that
-//!   is detected (the load records its thread) and panics with a message.
+//! * Each shard keeps the [`Flight`]s of its keys in `Shard::flights`,
+//!   changed only under the shard's write lock. A flight is found by its
+//!   key: the 64-bit hash first, then the user's `Eq` (the one user code a
+//!   lookup runs under a lock anyway). Two keys whose hashes collide have
+//!   flights of their own.
+//! * A caller that misses takes the write lock, looks the key up again
+//!   (a value put meanwhile is returned), then either finds the key's
+//!   flight and waits for it (after unlocking), or registers one and runs
+//!   its `init` (or `f`) with no lock held. Its [`FlightGuard`] ends the
+//!   flight when dropped, however `init` ends (a value, an error, a panic):
+//!   it unregisters it under the write lock, then records the outcome and
+//!   wakes every waiter. So a waiter that wakes finds the key free.
+//! * **Loads** lose to writes: every write of a key (`put`, `remove`,
+//!   `put_if_absent`, `replace`, `expire`, `retain`'s removal; every key
+//!   for `clear`) marks a load of that key as *touched* under the write
+//!   lock, and the loader stores its value under the same lock only if its
+//!   load is untouched. Waiters of a load take its value (a clone).
+//! * **Updates** go first: a write of a key whose update is in flight
+//!   waits (after unlocking) for the update to end, then writes. So an
+//!   update's `f` runs exactly once, on the value its commit replaces
+//!   (eviction, the capacity bound and `clear` do not wait: an entry may
+//!   still expire or be pushed out meanwhile).
+//! * **Waiting never hangs on a cycle.** Before parking, a caller records
+//!   in one process-wide graph which thread's flight it waits for, and
+//!   follows the graph from there: if it leads back to a flight run by the
+//!   calling thread (an `init` that asks for its own key, or two `init`s
+//!   each asking for the other's key), the caller panics, naming the
+//!   threads, instead of parking for ever.
 
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering, thread};
-use std::collections::HashMap;
+use super::shard::Shard;
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
+use std::borrow::Borrow;
 
-/// The loads in flight, by key hash. The registry's own hasher is fixed
-/// (its keys are already the map's hashes), so that the map behaves the
-/// same in every run of a loom model.
-pub(crate) struct Loads<K, V> {
-    in_flight: AtomicUsize,
-    map: Mutex<Registry<K, V>>,
+/// What a flight is doing for its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `get_or_insert_with`: waiters share its value.
+    Load,
+    /// `update`: writes of the key wait for it.
+    Update,
 }
 
-/// Loads by key hash.
-type Registry<K, V> = HashMap<u64, Arc<Load<K, V>>, FixedState>;
-type FixedState = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
-
-/// One key's load.
-pub(crate) struct Load<K, V> {
+/// One key's load or update in flight.
+pub(crate) struct Flight<K, V> {
     pub(crate) key: K,
+    pub(crate) hash: u64,
+    pub(crate) kind: Kind,
     state: Mutex<State<V>>,
     ended: Condvar,
-    /// A write to this key's hash happened during the load.
+    /// A write of this key happened during the load. Set and read under the
+    /// shard's write lock.
     touched: AtomicBool,
-    loader: thread::ThreadId,
+    /// The thread running it, for the wait graph.
+    runner: thread::ThreadId,
+    /// The runner's name, for the panic that names a cycle.
+    runner_name: Option<String>,
+    /// Set once it ended: the wait graph reads it without any loom-modelled
+    /// operation (see `sync::unmodeled`).
+    over: unmodeled::Arc<unmodeled::AtomicBool>,
 }
 
 enum State<V> {
-    Loading,
+    Running,
     Done(V),
-    Failed,
+    Ended,
 }
 
-/// What a caller of [`Loads::begin`] is to do.
-pub(crate) enum Turn<'a, K, V> {
-    /// Run `init`: this caller is the loader. Dropping the guard (done,
-    /// failed or unwinding) ends the load.
-    Load(LoadGuard<'a, K, V>),
-    /// Another caller is loading this hash: [`Load::wait`] for it.
-    Wait(Arc<Load<K, V>>),
-}
-
-impl<K, V> Loads<K, V> {
-    pub(crate) fn new() -> Self {
+impl<K, V> Flight<K, V> {
+    /// A flight of `key` (hash `hash`) run by the calling thread.
+    pub(crate) fn new(key: K, hash: u64, kind: Kind) -> Self {
+        let me = thread::current();
         Self {
-            in_flight: AtomicUsize::new(0),
-            map: Mutex::new(HashMap::default()),
-        }
-    }
-
-    /// Registers a load of `key` (hash `hash`), or finds the one in flight.
-    pub(crate) fn begin(&self, hash: u64, key: K) -> Turn<'_, K, V> {
-        let mut map = self.map.lock();
-        if let Some(load) = map.get(&hash) {
-            return Turn::Wait(load.clone());
-        }
-        let load = Arc::new(Load {
             key,
-            state: Mutex::new(State::Loading),
+            hash,
+            kind,
+            state: Mutex::new(State::Running),
             ended: Condvar::new(),
             touched: AtomicBool::new(false),
-            loader: thread::current().id(),
-        });
-        map.insert(hash, load.clone());
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        drop(map);
-        Turn::Load(LoadGuard {
-            loads: self,
-            hash,
-            load,
-            value: None,
-        })
-    }
-
-    /// Called under a shard's write lock by every write to an entry with
-    /// `hash` (`None`: every entry, for `clear`).
-    #[inline]
-    pub(crate) fn wrote(&self, hash: Option<u64>) {
-        if self.in_flight.load(Ordering::SeqCst) != 0 {
-            self.mark(hash);
+            runner: me.id(),
+            runner_name: me.name().map(str::to_owned),
+            over: unmodeled::Arc::new(unmodeled::AtomicBool::new(false)),
         }
     }
 
-    #[cold]
-    fn mark(&self, hash: Option<u64>) {
-        let map = self.map.lock();
-        match hash {
-            Some(h) => {
-                if let Some(load) = map.get(&h) {
-                    load.touched.store(true, Ordering::SeqCst);
-                }
-            }
-            None => map
-                .values()
-                .for_each(|l| l.touched.store(true, Ordering::SeqCst)),
-        }
+    /// Whether a write of this key happened since the load began. Read
+    /// under the shard lock the loader stores under.
+    pub(crate) fn touched(&self) -> bool {
+        self.touched.load(Ordering::Relaxed)
+    }
+
+    /// A write of this key (under the shard's write lock).
+    pub(crate) fn touch(&self) {
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the calling thread runs this flight.
+    pub(crate) fn is_mine(&self) -> bool {
+        self.runner == thread::current().id()
     }
 }
 
-impl<K, V: Clone> Load<K, V> {
-    /// Parks until the load ends: its value (a clone), or `None` if it
-    /// failed.
+impl<K, V: Clone> Flight<K, V> {
+    /// Parks until the flight ends: a load's value (a clone), or `None` if
+    /// it failed or was an update. Called with no lock held.
     ///
     /// # Panics
     ///
-    /// If called by the loader itself (its `init` asked for its own key).
+    /// If waiting would close a cycle of waits (see the module docs).
     pub(crate) fn wait(&self) -> Option<V> {
-        assert!(
-            self.loader != thread::current().id(),
-            "expiremap: get_or_insert_with's init asked the map for its own key, \
-             which would wait for itself"
-        );
+        let _edge = graph::Edge::enter(self);
         let mut state = self.state.lock();
         loop {
             match &*state {
-                State::Loading => self.ended.wait(&mut state),
+                State::Running => self.ended.wait(&mut state),
                 State::Done(v) => return Some(v.clone()),
-                State::Failed => return None,
+                State::Ended => return None,
             }
         }
     }
 }
 
-impl<K, V> Load<K, V> {
-    /// Whether a write to this key's hash happened since the load began.
-    /// Read under the shard lock the loader stores under.
-    pub(crate) fn touched(&self) -> bool {
-        self.touched.load(Ordering::SeqCst)
+/// The flight of `key` among `flights`, if any.
+#[inline]
+pub(crate) fn find<'a, K, V, Q>(
+    flights: &'a [Arc<Flight<K, V>>],
+    hash: u64,
+    key: &Q,
+) -> Option<&'a Arc<Flight<K, V>>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    flights
+        .iter()
+        .find(|f| f.hash == hash && f.key.borrow() == key)
+}
+
+/// Before a write of `key` under its shard's write lock, with flights in
+/// the shard: marks a load of `key` touched (the write wins), or returns
+/// the update of `key` in flight, which the writer waits for (after
+/// unlocking) before it writes.
+///
+/// # Panics
+///
+/// If the update of `key` is run by the calling thread: its `f` wrote its
+/// own key, which would wait for itself.
+#[cold]
+pub(crate) fn before_write<K, V, Q>(
+    flights: &[Arc<Flight<K, V>>],
+    hash: u64,
+    key: &Q,
+) -> Option<Arc<Flight<K, V>>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    let flight = find(flights, hash, key)?;
+    match flight.kind {
+        Kind::Load => {
+            flight.touch();
+            None
+        }
+        Kind::Update => {
+            assert!(
+                !flight.is_mine(),
+                "expiremap: update's f wrote its own key, which would wait for the update itself"
+            );
+            Some(flight.clone())
+        }
     }
 }
 
-/// The loader's side of a [`Load`]. Dropping it ends the load: with the
-/// value given to [`done`](Self::done), or as failed (an error, or a panic
-/// in `init` unwinding through it), waking every waiter.
-pub(crate) struct LoadGuard<'a, K, V> {
-    loads: &'a Loads<K, V>,
-    hash: u64,
-    pub(crate) load: Arc<Load<K, V>>,
+/// Ends a flight when dropped: unregisters it from its shard (under the
+/// shard's write lock), then records the value given to
+/// [`done`](Self::done) (none: it failed, unwound, or was an update) and
+/// wakes every waiter.
+pub(crate) struct FlightGuard<'a, K, V> {
+    pub(crate) flight: Arc<Flight<K, V>>,
     value: Option<V>,
+    /// The lock of the shard the flight is registered in.
+    lock: &'a RwLock<Shard<K, V>>,
 }
 
-impl<K, V> LoadGuard<'_, K, V> {
+impl<'a, K, V> FlightGuard<'a, K, V> {
+    /// Guards `flight`, which the caller has just registered in the shard
+    /// behind `lock`.
+    pub(crate) fn new(flight: Arc<Flight<K, V>>, lock: &'a RwLock<Shard<K, V>>) -> Self {
+        Self {
+            flight,
+            value: None,
+            lock,
+        }
+    }
+
     /// The load succeeded with `value` (handed to the waiters at drop).
     pub(crate) fn done(&mut self, value: V) {
         self.value = Some(value);
     }
 }
 
-impl<K, V> Drop for LoadGuard<'_, K, V> {
+impl<K, V> Drop for FlightGuard<'_, K, V> {
     fn drop(&mut self) {
-        {
-            let mut map = self.loads.map.lock();
-            map.remove(&self.hash);
-            self.loads.in_flight.fetch_sub(1, Ordering::SeqCst);
-        }
-        let mut state = self.load.state.lock();
+        let mut shard = self.lock.write();
+        let at = shard
+            .flights
+            .iter()
+            .position(|f| Arc::ptr_eq(f, &self.flight));
+        // This guard holds another handle: no key is dropped under the lock.
+        let registered = at.map(|i| shard.flights.swap_remove(i));
+        drop(shard);
+        drop(registered);
+        let mut state = self.flight.state.lock();
         *state = match self.value.take() {
             Some(v) => State::Done(v),
-            None => State::Failed,
+            None => State::Ended,
         };
         drop(state);
-        self.load.ended.notify_all();
+        self.flight.over.store(true, unmodeled::Ordering::SeqCst);
+        self.flight.ended.notify_all();
+    }
+}
+
+/// The process-wide graph of waits: which thread waits for a flight run by
+/// which thread. One mutex held only for a walk of a few edges; only the
+/// slow path (a caller that waits) touches it.
+mod graph {
+    use super::{Flight, thread, unmodeled};
+
+    struct Link {
+        waiter: thread::ThreadId,
+        runner: thread::ThreadId,
+        runner_name: Option<String>,
+        over: unmodeled::Arc<unmodeled::AtomicBool>,
+    }
+
+    static WAITS: unmodeled::Mutex<Vec<Link>> = unmodeled::Mutex::new(Vec::new());
+
+    fn waits() -> unmodeled::MutexGuard<'static, Vec<Link>> {
+        WAITS
+            .lock()
+            .unwrap_or_else(unmodeled::PoisonError::into_inner)
+    }
+
+    fn name(id: thread::ThreadId, name: Option<&str>) -> String {
+        match name {
+            Some(n) => format!("'{n}' ({id:?})"),
+            None => format!("{id:?}"),
+        }
+    }
+
+    /// The calling thread's wait, recorded while it lasts.
+    pub(super) struct Edge(thread::ThreadId);
+
+    impl Edge {
+        /// Records that the calling thread waits for `flight`.
+        ///
+        /// # Panics
+        ///
+        /// If the chain of waits from `flight` leads back to a flight that
+        /// the calling thread runs. Every link of such a chain is a thread
+        /// parked until a flight ends whose runner is parked in turn, and
+        /// the last flight's runner is the calling thread, which is inside
+        /// that flight (its `over` is unset): none can end. A link whose
+        /// flight is `over` ends the walk, so a wait that is already
+        /// ending is never taken for a cycle.
+        pub(super) fn enter<K, V>(flight: &Flight<K, V>) -> Self {
+            let me = thread::current().id();
+            let mut waits = waits();
+            let mut runner = flight.runner;
+            let mut runner_name = flight.runner_name.clone();
+            let mut over = flight.over.clone();
+            let mut chain = String::new();
+            // Each thread waits for one flight at a time: a walk longer
+            // than the graph has left it.
+            for _ in 0..=waits.len() {
+                if over.load(unmodeled::Ordering::SeqCst) {
+                    break;
+                }
+                if runner == me {
+                    drop(waits);
+                    let me = name(me, thread::current().name());
+                    if chain.is_empty() {
+                        panic!(
+                            "expiremap: get_or_insert_with's init (or update's f) asked \
+                             the map for its own key, which would wait for itself \
+                             (thread {me})"
+                        );
+                    }
+                    panic!(
+                        "expiremap: a cycle of loads or updates would wait for ever: \
+                         thread {me} waits for a key whose init (or f) runs on thread \
+                         {chain}, which waits for a key whose init (or f) runs on \
+                         thread {me}"
+                    );
+                }
+                if !chain.is_empty() {
+                    chain.push_str(", which waits for a key whose init (or f) runs on thread ");
+                }
+                chain.push_str(&name(runner, runner_name.as_deref()));
+                let Some(next) = waits.iter().find(|l| l.waiter == runner) else {
+                    break;
+                };
+                (runner, runner_name, over) =
+                    (next.runner, next.runner_name.clone(), next.over.clone());
+            }
+            waits.push(Link {
+                waiter: me,
+                runner: flight.runner,
+                runner_name: flight.runner_name.clone(),
+                over: flight.over.clone(),
+            });
+            Edge(me)
+        }
+    }
+
+    impl Drop for Edge {
+        fn drop(&mut self) {
+            let mut waits = waits();
+            if let Some(i) = waits.iter().position(|l| l.waiter == self.0) {
+                waits.swap_remove(i);
+            }
+        }
     }
 }

@@ -63,15 +63,14 @@ enum PutIf<'a, K, V> {
     /// A live entry for the key.
     Live,
     /// No write touched the key since this load began.
-    Untouched(&'a load::Load<K, V>),
-    /// No write to the shard since `update` read it at `version`, and the
-    /// entry it read (live until `live_until`) has not expired since;
-    /// `keep`: store with this write deadline (the entry's) instead of the
-    /// TTL.
-    Unchanged {
-        version: u64,
-        live_until: Option<u64>,
+    Untouched(&'a load::Flight<K, V>),
+    /// The commit of an `update` (the key's writes wait for it, so its
+    /// entry changed only by leaving). `keep`: store with this write
+    /// deadline (the entry's) instead of the TTL, only if the entry read
+    /// (live until `live_until`) has not expired since.
+    Commit {
         keep: Option<u64>,
+        live_until: Option<u64>,
     },
 }
 
@@ -81,13 +80,11 @@ enum Read {
     /// A user's read of a value: an access for idle expiry, and a hit or
     /// miss for stats.
     Get,
-    /// An access, not counted (a loading call's later looks).
-    Access,
     /// Neither (`contains_key`, and reads that only compare).
     Peek,
 }
 
-/// `put_slow`'s `Unchanged` condition failed: read again.
+/// `put_slow`'s `Commit` condition failed: the entry expired since.
 struct Stale;
 
 /// What the function given to [`ExpireMap::update`] does with the entry
@@ -120,6 +117,7 @@ pub enum ExpireIf {
 use crate::broadcast::{self, SubscribeError};
 use crate::clock::{Clock, SystemClock};
 use crate::sync::{self, Arc, AtomicBool, AtomicU64, CachePadded, Ordering, RwLock};
+use crate::unwind::Panics;
 use builder::{Config, Weigher};
 use evictor::{Signal, Wake};
 use shard::{Door, PutOutcome, Removed, Shard};
@@ -179,8 +177,6 @@ struct Inner<K, V, S> {
     read_extras: bool,
     /// Weighs entries against `max_weight`; runs before the shard lock.
     weigher: Option<Weigher<K, V>>,
-    /// `get_or_insert_with`'s loads in flight.
-    loads: load::Loads<K, V>,
     /// `Inner::shutdown`, captured where the trait bounds hold, so that the
     /// bound-free `Drop` can call it.
     finish: fn(&Inner<K, V, S>),
@@ -420,7 +416,6 @@ where
             read_extras,
             reads,
             weigher,
-            loads: load::Loads::new(),
             finish: Inner::shutdown,
         });
         let mut map = Self {
@@ -465,14 +460,18 @@ where
         // in the probe, the key and value are dropped after the guard:
         // outside the lock.
         let mut kv = Some((key, value));
-        let (outcome, kick, now) = {
+        let (outcome, kick, now) = loop {
             let (mut shard, now) = inner.write_now(hash);
+            let key = &kv.as_ref().expect("just set").0;
+            if let Some(update) = inner.before_write(&shard, hash, key) {
+                drop(shard);
+                update.wait();
+                continue;
+            }
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put(hash, &mut kv, deadline, now);
-            shard.version += 1;
-            inner.loads.wrote(Some(hash));
             let timer = inner.timer_of(deadline, now);
-            (outcome, inner.needs_kick(&shard, timer), now)
+            break (outcome, inner.needs_kick(&shard, timer), now);
         };
         self.kick_if(kick);
         match outcome {
@@ -501,18 +500,26 @@ where
         // are dropped after the guard: outside the lock.
         let mut kv = Some((key, value));
         let mut out = shard::Out::new();
-        let (outcome, kick, now) = {
+        let (outcome, kick, now) = loop {
             let (mut shard, now) = inner.write_now(hash);
+            let key = &kv.as_ref().expect("just set").0;
+            // A load's store and an update's commit are the writes their
+            // key's own flight is waiting for.
+            if !matches!(cond, PutIf::Commit { .. } | PutIf::Untouched(_)) {
+                if let Some(update) = inner.before_write(&shard, hash, key) {
+                    drop(shard);
+                    update.wait();
+                    continue;
+                }
+            }
             match cond {
                 PutIf::Always => {}
                 PutIf::Absent => {
-                    let key = &kv.as_ref().expect("just set").0;
                     if let Some(live) = shard.live_value(hash, key, now) {
                         return Ok(Some(live.clone()));
                     }
                 }
                 PutIf::Live => {
-                    let key = &kv.as_ref().expect("just set").0;
                     if shard.live_value(hash, key, now).is_none() {
                         return Ok(None);
                     }
@@ -520,26 +527,21 @@ where
                 // A write during the load wins (see `load`).
                 PutIf::Untouched(load) if load.touched() => return Ok(None),
                 PutIf::Untouched(_) => {}
-                PutIf::Unchanged { version, .. } if version != shard.version => {
-                    return Err(Stale);
-                }
-                // The entry read expired since.
-                PutIf::Unchanged {
+                // Kept a deadline that has passed since: nothing to store.
+                PutIf::Commit {
+                    keep: Some(_),
                     live_until: Some(d),
-                    ..
                 } if now > d => return Err(Stale),
-                PutIf::Unchanged { .. } => {}
+                PutIf::Commit { .. } => {}
             }
-            shard.version += 1;
-            inner.loads.wrote(Some(hash));
             let deadline = match cond {
-                PutIf::Unchanged { keep: Some(d), .. } => d,
+                PutIf::Commit { keep: Some(d), .. } => d,
                 _ => now.saturating_add(nanos(ttl)),
             };
             let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
             let kick = matches!(outcome, PutOutcome::Refused).not()
                 && inner.needs_kick(&shard, inner.timer_of(deadline, now));
-            (outcome, kick, now)
+            break (outcome, kick, now);
         };
         self.kick_if(kick);
         if !out.is_empty() {
@@ -686,8 +688,8 @@ where
             if shard.live_value(hash, key, now).is_some() {
                 return false;
             }
-            // Like an eviction, this only vacates a node: no `version` bump,
-            // and a load in flight still stores its value.
+            // Like an eviction, this only vacates a node: a load in flight
+            // still stores its value.
             (shard.remove(hash, key, now), now)
         };
         if let Some(r) = removed {
@@ -793,13 +795,16 @@ where
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (mut shard, now) = inner.write_now(hash);
-        let removed = shard.remove(hash, key, now);
-        shard.version += 1;
-        inner.loads.wrote(Some(hash));
-        drop(shard);
-        let removed = removed?;
-        inner.leave(removed, now)
+        let (removed, now) = loop {
+            let (mut shard, now) = inner.write_now(hash);
+            if let Some(update) = inner.before_write(&shard, hash, key) {
+                drop(shard);
+                update.wait();
+                continue;
+            }
+            break (shard.remove(hash, key, now), now);
+        };
+        inner.leave(removed?, now)
     }
 
     /// Gives a live entry the new deadline `now + ttl`. Returns `false` (and
@@ -841,13 +846,19 @@ where
         }
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (done, kick) = {
+        let (done, kick) = loop {
             let (mut shard, now) = inner.write_now(hash);
+            if let Some(update) = inner.before_write(&shard, hash, key) {
+                drop(shard);
+                update.wait();
+                continue;
+            }
             let deadline = now.saturating_add(nanos(ttl));
             let timer = shard.touch(hash, key, deadline, now, cond);
-            let done = timer.is_some();
-            shard.version += u64::from(done);
-            (done, timer.is_some_and(|t| inner.needs_kick(&shard, t)))
+            break (
+                timer.is_some(),
+                timer.is_some_and(|t| inner.needs_kick(&shard, t)),
+            );
         };
         self.kick_if(kick);
         done
@@ -956,13 +967,29 @@ where
     }
 
     /// Reads the live entry for `key` (its value and time left, or `None`),
-    /// lets `f` decide what to do with it, and does that atomically: only
-    /// if nothing wrote to the entry's shard meanwhile and the entry has not
-    /// expired since; otherwise it reads again and calls `f` again. `f`
-    /// runs with no lock held, so it may run more than once (keep it free
-    /// of side effects) and may use the map. Returns the value stored (in a
-    /// bounded map the bound may refuse it, as any put's), the one kept, or
-    /// `None`.
+    /// lets `f` decide what to do with it, and does that atomically, as
+    /// Java's `ConcurrentHashMap::compute` or moka's `and_compute_with` do:
+    /// `f` runs **exactly once** per call, with no lock held (it may use the
+    /// map for other keys), and no other write of `key` lands between the
+    /// read and the commit. Returns the value stored (in a bounded map the
+    /// bound may refuse it, as any put's), the one kept, or `None`.
+    ///
+    /// How: the call registers an update of `key` in its shard (as a load
+    /// registers, see [`get_or_insert_with`](Self::get_or_insert_with)).
+    /// Updates of one key run one at a time, in turn, and every write of
+    /// `key` (`put`, `remove`, `put_if_absent`, `replace`, `touch`,
+    /// `expire`, `retain`'s removal) waits for the update in flight to
+    /// commit before it writes. What does not wait: eviction (the entry may
+    /// expire while `f` runs: [`Update::Set`] and [`Update::Remove`] still
+    /// apply, and [`Update::SetKeepTtl`], whose deadline has then passed,
+    /// stores nothing and returns `None`), the capacity bound, and
+    /// [`clear`](Self::clear).
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, the panic reaches the caller and nothing is stored.
+    /// If `f` writes `key` itself, or waits for a load or update that waits
+    /// for this one, that would wait for ever: it panics instead.
     ///
     /// A counter that keeps its window, for example (the fixed-window rate
     /// limiter in `examples/rate_limiter.rs`):
@@ -983,79 +1010,87 @@ where
     /// assert_eq!(count("client"), Some(2));
     /// assert!(hits.ttl("client").unwrap() <= window); // the window was kept
     /// ```
-    pub fn update<F>(&self, key: K, mut f: F) -> Option<V>
+    pub fn update<F>(&self, key: K, f: F) -> Option<V>
     where
-        F: FnMut(Option<(&V, Duration)>) -> Update<V>,
+        F: FnOnce(Option<(&V, Duration)>) -> Update<V>,
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
-        loop {
-            // Read the entry and the shard's version together.
-            let (seen, version, idle_expired) = {
-                let (shard, home, now) =
-                    inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now);
-                let found = shard.get_from(home, hash, &key);
-                let idle_expired = found.as_ref().is_some_and(|f| f.idle_expired(now));
-                let seen = found
-                    .filter(|f| now <= f.deadline)
-                    .map(|f| (f.value.clone(), f.deadline, f.deadline - now, f.write));
-                (seen, shard.version, idle_expired)
+        let lock = inner.shard(hash);
+        // The flight's own copy of the key, made before any lock is taken.
+        let mut spare = Some(key.clone());
+        let (flight, seen) = loop {
+            let mut expired = None;
+            let found = {
+                let (mut shard, now) = inner.write_now(hash);
+                if let Some(other) = load::find(&shard.flights, hash, &key) {
+                    Err(other.clone())
+                } else {
+                    let found = shard.get_from(shard.start(hash), hash, &key);
+                    let idle_expired = found.as_ref().is_some_and(|f| f.idle_expired(now));
+                    let seen = found
+                        .filter(|f| now <= f.deadline)
+                        .map(|f| (f.value.clone(), f.deadline, f.deadline - now, f.write));
+                    if idle_expired {
+                        // Found idle-expired: it leaves now, as a read's
+                        // find does (see `expire_idle`).
+                        expired = shard.remove(hash, &key, now).map(|r| (r, now));
+                    }
+                    let key = spare.take().expect("registered once");
+                    let flight = Arc::new(load::Flight::new(key, hash, load::Kind::Update));
+                    shard.flights.push(flight.clone());
+                    Ok((flight, seen))
+                }
             };
-            // Shown as absent only once confirmed (see `read_live`).
-            if idle_expired && !self.expire_idle(&key) {
-                continue;
+            if let Some((r, now)) = expired {
+                inner.leave(r, now);
             }
-            let shown = seen
-                .as_ref()
-                .map(|(v, _, left, _)| (v, Duration::from_nanos(*left)));
-            let live_until = seen.as_ref().map(|s| s.1);
-            let cond = |keep| PutIf::Unchanged {
-                version,
-                live_until,
-                keep,
-            };
-            match f(shown) {
-                Update::Keep => return seen.map(|s| s.0),
-                Update::Set(_, ttl) if ttl.is_zero() => return seen.map(|s| s.0),
-                Update::SetKeepTtl(_) if seen.is_none() => return None,
-                Update::Set(v, ttl) => {
-                    let ret = v.clone();
-                    if self.put_slow(key.clone(), v, ttl, cond(None)).is_ok() {
-                        return Some(ret);
-                    }
-                }
-                Update::SetKeepTtl(v) => {
-                    let ret = v.clone();
-                    if self
-                        .put_slow(
-                            key.clone(),
-                            v,
-                            Duration::MAX,
-                            cond(seen.as_ref().map(|s| s.3)),
-                        )
-                        .is_ok()
-                    {
-                        return Some(ret);
-                    }
-                }
-                Update::Remove => {
-                    let (removed, now) = {
-                        let (mut shard, now) = inner.write_now(hash);
-                        if shard.version != version || live_until.is_some_and(|d| now > d) {
-                            continue;
-                        }
-                        let removed = shard.remove(hash, &key, now);
-                        shard.version += 1;
-                        inner.loads.wrote(Some(hash));
-                        (removed, now)
-                    };
-                    if let Some(r) = removed {
-                        inner.leave(r, now);
-                    }
-                    return None;
+            match found {
+                Ok(registered) => break registered,
+                Err(other) => {
+                    other.wait();
                 }
             }
-        }
+        };
+        drop(spare);
+        let guard = load::FlightGuard::new(flight, lock);
+        let shown = seen
+            .as_ref()
+            .map(|(v, _, left, _)| (v, Duration::from_nanos(*left)));
+        let live_until = seen.as_ref().map(|s| s.1);
+        let r = match f(shown) {
+            Update::Keep => seen.map(|s| s.0),
+            Update::Set(_, ttl) if ttl.is_zero() => seen.map(|s| s.0),
+            Update::SetKeepTtl(_) if seen.is_none() => None,
+            Update::Set(v, ttl) => {
+                let ret = v.clone();
+                let cond = PutIf::Commit {
+                    keep: None,
+                    live_until,
+                };
+                self.put_slow(key, v, ttl, cond).ok().map(|_| ret)
+            }
+            Update::SetKeepTtl(v) => {
+                let ret = v.clone();
+                let cond = PutIf::Commit {
+                    keep: seen.as_ref().map(|s| s.3),
+                    live_until,
+                };
+                self.put_slow(key, v, Duration::MAX, cond).ok().map(|_| ret)
+            }
+            Update::Remove => {
+                let (removed, now) = {
+                    let (mut shard, now) = inner.write_now(hash);
+                    (shard.remove(hash, &key, now), now)
+                };
+                if let Some(r) = removed {
+                    inner.leave(r, now);
+                }
+                None
+            }
+        };
+        drop(guard);
+        r
     }
 
     /// [`get_or_insert_with`](Self::get_or_insert_with) with an `init` that
@@ -1092,36 +1127,50 @@ where
     #[inline(never)]
     fn load<E>(&self, key: K, ttl: Duration, init: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
         let inner = &*self.inner;
-        let mut init = Some(init);
         let hash = inner.hasher.hash_one(&key);
-        loop {
-            match inner.loads.begin(hash, key.clone()) {
-                load::Turn::Wait(load) => {
-                    let same = load.key == key;
-                    if let (Some(v), true) = (load.wait(), same) {
-                        return Ok(v);
-                    }
-                    // It failed, or it loaded another key: look again.
-                    if let Some(v) = self.is_live(&key, Read::Access, V::clone) {
-                        return Ok(v);
+        let lock = inner.shard(hash);
+        // The flight's own copy of the key, made before any lock is taken
+        // (and dropped after it, if not needed).
+        let mut spare = Some(key.clone());
+        let flight = loop {
+            let found = {
+                let (shard, now) = inner.write_now(hash);
+                // A put between the miss and here, or a load that ended.
+                if let Some(f) = shard.get_from(shard.start(hash), hash, &key) {
+                    if f.access(now) {
+                        return Ok(f.value.clone());
                     }
                 }
-                load::Turn::Load(mut guard) => {
-                    // A put between the miss and the registration.
-                    if let Some(v) = self.is_live(&key, Read::Access, V::clone) {
-                        guard.done(v.clone());
+                let mut shard = shard;
+                match load::find(&shard.flights, hash, &key) {
+                    Some(other) => Err(other.clone()),
+                    None => {
+                        let key = spare.take().expect("registered once");
+                        let flight = Arc::new(load::Flight::new(key, hash, load::Kind::Load));
+                        shard.flights.push(flight.clone());
+                        Ok(flight)
+                    }
+                }
+            };
+            match found {
+                Ok(flight) => break flight,
+                Err(other) => {
+                    let loaded = other.wait();
+                    if let (load::Kind::Load, Some(v)) = (other.kind, loaded) {
                         return Ok(v);
                     }
-                    let init = init.take().expect("a caller loads at most once");
-                    let v = init()?;
-                    if !ttl.is_zero() {
-                        let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.load));
-                    }
-                    guard.done(v.clone());
-                    return Ok(v);
+                    // It failed, or was an update: look again.
                 }
             }
+        };
+        drop(spare);
+        let mut guard = load::FlightGuard::new(flight, lock);
+        let v = init()?;
+        if !ttl.is_zero() {
+            let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
         }
+        guard.done(v.clone());
+        Ok(v)
     }
 
     /// Wakes the eviction thread (if any) to plan again. After unlocking.
@@ -1144,12 +1193,18 @@ where
 
     /// Removes every entry. Live ones leave by the `Removed` door (published
     /// with `publish_removals`), expired ones by `Expired`.
+    ///
+    /// If a value's `Drop` (or a dropped event's) panics, every other value
+    /// still leaves by its door, and the first panic reaches the caller
+    /// once all have.
     pub fn clear(&self) {
         let inner = &*self.inner;
+        let mut panics = Panics::new();
         for shard in inner.shards.iter() {
             let (taken, now) = inner.take_all(shard);
-            inner.drain_shard(taken, now, Cause::Removed);
+            inner.drain_shard(taken, now, Cause::Removed, &mut panics);
         }
+        panics.resume();
     }
 
     /// Runs eviction now on the calling thread: evicts every entry that is
@@ -1284,6 +1339,28 @@ where
         (guard, now)
     }
 
+    /// Under `hash`'s shard write lock, before a write of `key`: a load of
+    /// `key` in flight loses to the write (it is marked), and an update of
+    /// `key` in flight is returned: the writer unlocks, waits for it
+    /// ([`Flight::wait`](load::Flight::wait)) and tries again. One
+    /// predictable branch when nothing is in flight in the shard.
+    #[inline(always)]
+    fn before_write<Q>(
+        &self,
+        shard: &Shard<K, V>,
+        hash: u64,
+        key: &Q,
+    ) -> Option<Arc<load::Flight<K, V>>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if shard.flights.is_empty() {
+            return None;
+        }
+        load::before_write(&shard.flights, hash, key)
+    }
+
     /// Where the timer of an entry written at `now` with write deadline
     /// `deadline` goes: with idle expiry, no later than `now + idle`.
     #[inline]
@@ -1351,56 +1428,69 @@ where
     #[cold]
     #[inline(never)]
     fn leave_all(&self, out: shard::Out<K, V>, now: u64) {
+        // Each by its door, whatever a `Drop` on the way does.
+        let mut panics = Panics::new();
         for r in out {
-            self.leave(r, now);
+            panics.run(|| self.leave(r, now));
         }
+        panics.resume();
     }
 
     /// Publishes (or drops) every entry of a shard taken out of the map, in
     /// batches, outside every lock. Entries past their deadline leave as
     /// `Expired`; live ones as `live` (`Removed` for `clear`, `Shutdown` at
-    /// drop), published only if that cause is enabled.
-    fn drain_shard(&self, shard: Shard<K, V>, now: u64, live: Cause) {
-        let Some(sender) = self.events.live_sender() else {
-            return; // dropping the shard drops every entry
-        };
+    /// drop), published only if that cause is enabled. A panicking `Drop`
+    /// (of a value, or of an old event a publication displaces) is kept in
+    /// `panics` and the drain goes on: every entry leaves by its door.
+    fn drain_shard(&self, shard: Shard<K, V>, now: u64, live: Cause, panics: &mut Panics) {
+        let sender = self.events.live_sender();
         let publish_live = match live {
             Cause::Shutdown => self.config.notify_on_shutdown,
             _ => self.config.publish_removals,
         };
-        let mut batch = Vec::with_capacity(EVICT_BATCH);
+        let mut batch = Vec::with_capacity(if sender.is_some() { EVICT_BATCH } else { 0 });
         shard.drain(|e| {
             let expired = now > e.deadline;
-            if expired || publish_live {
-                let cause = if expired { Cause::Expired } else { live };
-                batch.push(Event::new(e.key, e.value, cause, e.deadline, now));
-                if batch.len() == EVICT_BATCH {
-                    sender.send_batch(batch.drain(..));
+            match &sender {
+                Some(sender) if expired || publish_live => {
+                    let cause = if expired { Cause::Expired } else { live };
+                    batch.push(Event::new(e.key, e.value, cause, e.deadline, now));
+                    if batch.len() == EVICT_BATCH {
+                        panics.run(|| sender.send_batch(batch.drain(..)));
+                    }
+                }
+                _ => {
+                    panics.run(move || drop(e));
                 }
             }
         });
-        sender.send_batch(batch);
+        if let Some(sender) = sender {
+            panics.run(|| sender.send_batch(batch));
+        }
     }
 
     /// Runs once, when the map is dropped (after the thread has stopped, or
     /// on the thread itself): publishes what is still held if asked and
     /// someone listens, then closes the ring so subscribers drain and see
-    /// `Closed`.
+    /// `Closed`. A panicking `Drop` on the way stops nothing; the first is
+    /// resumed at the end (dropped instead on a thread already unwinding).
     fn shutdown(&self) {
+        let mut panics = Panics::new();
         for shard in self.shards.iter() {
             let (taken, now) = self.take_all(shard);
-            self.drain_shard(taken, now, Cause::Shutdown);
+            self.drain_shard(taken, now, Cause::Shutdown, &mut panics);
         }
         let sender = self.events.sender.write().take();
-        drop(sender);
+        panics.run(move || drop(sender));
+        panics.resume();
     }
 
     /// Takes every entry out of `shard`, with the time read under its lock:
     /// the time that decides which of them leave as `Expired`.
     fn take_all(&self, shard: &RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
         let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), Time::now);
-        self.loads.wrote(None);
-        // take_all raises the version.
+        // A write of every key: loads in flight lose to it.
+        guard.flights.iter().for_each(|f| f.touch());
         (guard.take_all(now), now)
     }
 
@@ -1415,6 +1505,7 @@ where
     fn evict_all(&self) -> usize {
         let mut total = 0;
         let mut batch = Vec::with_capacity(EVICT_BATCH);
+        let mut panics = Panics::new();
         for shard in self.shards.iter() {
             loop {
                 let (more, now) = {
@@ -1423,18 +1514,22 @@ where
                     guard.evict(now, EVICT_BATCH, &mut batch)
                 };
                 total += batch.len();
-                self.release(&mut batch, now);
+                self.evicted
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                self.release(&mut batch, now, &mut panics);
                 if !more {
                     break;
                 }
             }
         }
-        self.evicted.fetch_add(total as u64, Ordering::Relaxed);
+        panics.resume();
         total
     }
 
-    /// Publishes or drops a batch of evicted entries, outside every lock.
-    fn release(&self, batch: &mut Vec<Removed<K, V>>, now: u64) {
+    /// Publishes or drops a batch of evicted entries, outside every lock;
+    /// a panicking `Drop` is kept in `panics`, and the batch still leaves
+    /// whole.
+    fn release(&self, batch: &mut Vec<Removed<K, V>>, now: u64, panics: &mut Panics) {
         // Every evicted deadline is below `now` (see `Shard::evict`).
         let Some(late) = batch.iter().map(|r| now - r.deadline).max() else {
             return;
@@ -1442,12 +1537,13 @@ where
         self.max_lateness.fetch_max(late, Ordering::Relaxed);
         match self.events.live_sender() {
             // One wake-up of parked subscribers per batch, not per event.
-            Some(s) => s.send_batch(
-                batch
+            Some(s) => {
+                let events = batch
                     .drain(..)
-                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now)),
-            ),
-            None => batch.clear(),
+                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now));
+                panics.run(|| s.send_batch(events));
+            }
+            None => panics.drop_each(batch.drain(..)),
         }
     }
 

@@ -45,6 +45,8 @@ pub(crate) struct Sketch {
     added: u64,
     /// Increments between two halvings.
     period: u64,
+    /// The entry count it was sized for.
+    sized_for: u64,
 }
 
 /// Sketch counters per unit of the bound: 8 (4 bytes per entry), half of
@@ -56,10 +58,17 @@ const MIN_COUNTERS: u64 = 128;
 const MAX_COUNTERS: u64 = 1 << 32;
 /// The sketch halves after this many increments per unit of the bound.
 const PERIOD_PER_ENTRY: u64 = 80;
+/// Entries a new shard's sketch is sized for (24 KiB of counters), at most
+/// its share of the bound. It grows, four times at a step, as the shard
+/// holds more (see [`Bound::add`]): a bound costs what the map holds, not
+/// what it may hold, so `max_entries(u64::MAX)` allocates no more than a
+/// small one.
+const FIRST_SKETCH: u64 = 4096;
 
 impl Sketch {
     /// A sketch for a shard holding up to `cap` entries.
     pub(crate) fn new(cap: u64) -> Self {
+        let cap = cap.max(1);
         let counters = cap
             .saturating_mul(COUNTERS_PER_ENTRY)
             .clamp(MIN_COUNTERS, MAX_COUNTERS);
@@ -69,6 +78,7 @@ impl Sketch {
             blocks,
             added: 0,
             period: cap.saturating_mul(PERIOD_PER_ENTRY).max(MIN_COUNTERS),
+            sized_for: cap,
         }
     }
 
@@ -152,6 +162,8 @@ pub(crate) struct Bound {
     /// Candidates counted at least [`WARM`] times refused since the last
     /// halving.
     warm_refused: u64,
+    /// Entries held (`used` counts weight in a weighted shard).
+    entries: u64,
 }
 
 /// A refused candidate counted at least this often was popular recently.
@@ -168,9 +180,10 @@ impl Bound {
             cap,
             used: 0,
             hand: 0,
-            sketch: Sketch::new(cap),
+            sketch: Sketch::new(cap.min(FIRST_SKETCH)),
             weights: weighted.then(Vec::new),
             warm_refused: 0,
+            entries: 0,
         }
     }
 
@@ -183,7 +196,7 @@ impl Bound {
         }
         if c >= WARM {
             self.warm_refused += 1;
-            if self.warm_refused >= self.cap {
+            if self.warm_refused >= self.sketch.sized_for {
                 self.sketch.halve();
                 self.warm_refused = 0;
             }
@@ -209,6 +222,26 @@ impl Bound {
             w[i] = weight;
         }
         self.used += u64::from(weight);
+        self.entries += 1;
+        if self.entries > self.sketch.sized_for {
+            self.grow_sketch();
+        }
+    }
+
+    /// The shard holds more entries than its sketch was sized for: a
+    /// sketch four times larger (at most the shard's share of the bound in
+    /// an unweighted shard, whose entries never exceed it). The counts start
+    /// again from zero, as Caffeine's `ensureCapacity` does; this happens a
+    /// logarithmic number of times as a shard fills.
+    #[cold]
+    fn grow_sketch(&mut self) {
+        let mut want = self.sketch.sized_for.saturating_mul(4);
+        if self.weights.is_none() {
+            want = want.min(self.cap);
+        }
+        if want > self.sketch.sized_for {
+            self.sketch = Sketch::new(want);
+        }
     }
 
     /// `index`'s entry left.
@@ -218,12 +251,16 @@ impl Bound {
             w[index as usize] = 0;
         }
         self.used -= weight;
+        self.entries -= 1;
     }
 
     /// `index`'s entry now weighs `weight`.
     pub(crate) fn reweigh(&mut self, index: u32, weight: u32) {
-        self.remove(index);
-        self.add(index, weight);
+        let old = self.weight(index);
+        if let Some(w) = &mut self.weights {
+            w[index as usize] = weight;
+        }
+        self.used = self.used - old + u64::from(weight);
     }
 }
 

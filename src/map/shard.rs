@@ -76,6 +76,11 @@ const VACANT: u32 = u32::MAX;
 /// Most nodes in one shard's slab: their indices fit in [`LINK`], all-ones
 /// excluded.
 const MAX_NODES: usize = LINK as usize;
+/// The most entries a bounded shard's table is sized for up front (1.3 MiB
+/// of slots): a larger share grows it as the shard fills, so that a bound
+/// of `u64::MAX` costs an empty map 8 × 1.3 MiB at 8 shards, not its share
+/// of the bound.
+const PRESIZED_TABLE: u64 = 1 << 18;
 /// Most nodes of the next timer tick's list a full bounded shard looks at
 /// for expired entries before it asks the policy for a victim.
 const NEXT_TICK_SEARCH: usize = 32;
@@ -768,8 +773,10 @@ impl<K, V> Wheel<K, V> {
 
 impl<K, V> Drop for Wheel<K, V> {
     fn drop(&mut self) {
-        // Move every live pair out first (no user code), then drop them all:
-        // a panicking `Drop` of one still lets `Vec` drop the rest.
+        // Move every live pair out first (no user code), then drop them one
+        // at a time: a panicking `Drop` of one still drops the rest (a
+        // `Vec`'s drop glue would abort on a second panic), and the first
+        // panic goes on once all are dropped.
         self.lists.all_due(&mut self.slab);
         let mut live = Vec::with_capacity(self.len);
         while let Some(index) = self.lists.pop_due(&mut self.slab) {
@@ -778,7 +785,9 @@ impl<K, V> Drop for Wheel<K, V> {
             live.push(unsafe { self.slab.take_kv(index) });
         }
         self.len = 0;
-        drop(live);
+        let mut panics = crate::unwind::Panics::new();
+        panics.drop_each(live);
+        panics.resume();
     }
 }
 
@@ -812,10 +821,83 @@ impl<K, V> Drop for Wheel<K, V> {
 pub(crate) struct Shard<K, V> {
     table: Table,
     wheel: Wheel<K, V>,
-    /// Raised by every write lock taken to put, remove, touch or clear
-    /// (not by eviction, which removes only entries already expired):
-    /// `update` commits only if it is what it was when the value was read.
-    pub(crate) version: u64,
+    /// The loads and updates in flight for keys of this shard (see
+    /// `map::load`); the shard only keeps them, across `take_all` too.
+    pub(crate) flights: Vec<crate::sync::Arc<super::load::Flight<K, V>>>,
+    /// Which nodes were written while an optimistic reader (`retain`)
+    /// watches.
+    pub(crate) changes: Changes,
+}
+
+/// The nodes written since optimistic readers started watching: how
+/// `retain` tells, per entry, whether the entry it showed its `f` changed
+/// before it applies `f`'s verdict.
+///
+/// A reader registers under the shard's *read* lock ([`watch`]: a relaxed
+/// increment, ordered against writers by the lock) and gets its place in
+/// the log; while any reader watches, every write of a node under the write
+/// lock (a put, an overwrite, a new deadline, a removal) appends the node's
+/// index. Under the write lock a reader then asks whether a node was
+/// written since its place ([`changed_since`]), and stops watching
+/// ([`unwatch_and_trim`]; the last to stop there empties the log), or
+/// stops under the read lock ([`unwatch`]) if it has nothing to ask. The
+/// log grows only while someone watches. Eviction is not
+/// logged: it only vacates nodes, and a vacant node reused by a put is
+/// logged by the put.
+///
+/// [`watch`]: Changes::watch
+/// [`changed_since`]: Changes::changed_since
+/// [`unwatch`]: Changes::unwatch
+/// [`unwatch_and_trim`]: Changes::unwatch_and_trim
+pub(crate) struct Changes {
+    watchers: AtomicU32,
+    written: Vec<u32>,
+}
+
+impl Changes {
+    fn new() -> Self {
+        Self {
+            watchers: AtomicU32::new(0),
+            written: Vec::new(),
+        }
+    }
+
+    /// Starts watching, under the read lock: the place to pass to
+    /// [`changed_since`](Self::changed_since).
+    pub(crate) fn watch(&self) -> usize {
+        self.watchers.fetch_add(1, Ordering::Relaxed);
+        self.written.len()
+    }
+
+    /// Stops watching, under the read lock.
+    pub(crate) fn unwatch(&self) {
+        self.watchers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Stops watching, under the write lock: the last watcher to stop
+    /// empties the log.
+    pub(crate) fn unwatch_and_trim(&mut self) {
+        let last = with_mut_u32(&mut self.watchers, |w| {
+            *w -= 1;
+            *w == 0
+        });
+        if last {
+            self.written = Vec::new();
+        }
+    }
+
+    /// Whether node `index` was written since `place`, under the write lock.
+    pub(crate) fn changed_since(&self, place: usize, index: u32) -> bool {
+        self.written[place..].contains(&index)
+    }
+
+    /// Node `index` is being written, under the write lock.
+    #[inline]
+    fn wrote(&mut self, index: u32) {
+        if with_mut_u32(&mut self.watchers, |w| *w != 0) {
+            self.written.push(index);
+        }
+    }
 }
 
 impl<K, V> Shard<K, V> {
@@ -832,7 +914,8 @@ impl<K, V> Shard<K, V> {
             idle: None,
         };
         Self {
-            version: 0,
+            flights: Vec::new(),
+            changes: Changes::new(),
             table: Table::new(),
             wheel: Wheel {
                 lists: Lists::new(slab.tick_of(now)),
@@ -849,11 +932,12 @@ impl<K, V> Shard<K, V> {
     pub(crate) fn bounded(mut self, cap: u64, weighted: bool) -> Self {
         self.wheel.bound = Some(Box::new(Bound::new(cap, weighted)));
         if !weighted {
-            // At most `cap` entries: a table that never grows (and is 3/4
-            // full when the shard is; capped, so that a huge bound does not
-            // allocate up front what it may never use), and a slab whose
-            // last chunk is no larger than needed.
-            self.table = Table::with_capacity(cap.min(1 << 24) as usize);
+            // At most `cap` entries: a table that need not grow up to a
+            // moderate share (3/4 full when the shard is), then grows as an
+            // unbounded one does, so that a huge bound does not allocate up
+            // front what it may never use; and a slab whose last chunk is no
+            // larger than needed.
+            self.table = Table::with_capacity(cap.min(PRESIZED_TABLE) as usize);
             self.wheel.slab.nodes.limit = usize::try_from(cap).unwrap_or(usize::MAX);
         }
         self
@@ -1040,6 +1124,7 @@ impl<K, V> Shard<K, V> {
             Probe::Vacant(at) => {
                 let index = self.wheel.alloc(kv, deadline, now, h32, 1);
                 self.table.fill(at, h32, index);
+                self.changes.wrote(index);
                 PutOutcome::Inserted
             }
         }
@@ -1105,6 +1190,7 @@ impl<K, V> Shard<K, V> {
                 }
                 let index = self.wheel.alloc(kv, deadline, now, h32, weight);
                 self.table.fill(at, h32, index);
+                self.changes.wrote(index);
                 PutOutcome::Inserted
             }
         }
@@ -1121,6 +1207,7 @@ impl<K, V> Shard<K, V> {
         deadline: u64,
         now: u64,
     ) -> Removed<K, V> {
+        self.changes.wrote(index);
         let old_deadline = self.wheel.slab.live_until(index);
         let sched = self.wheel.slab.written(index, deadline, Some(now));
         let node = &mut self.wheel.slab.nodes[index as usize];
@@ -1314,6 +1401,7 @@ impl<K, V> Shard<K, V> {
         let index = self
             .table
             .remove(hash as u32, is_key(slab, key), hash_of(slab))?;
+        self.changes.wrote(index);
         let e = self.wheel.release(index, true);
         let door = if now <= e.deadline {
             Door::Removed
@@ -1358,6 +1446,7 @@ impl<K, V> Shard<K, V> {
         if now > old || !holds {
             return None;
         }
+        self.changes.wrote(index);
         let sched = self.wheel.slab.written(index, deadline, None);
         self.wheel.reschedule(index, sched);
         Some(sched)
@@ -1460,7 +1549,9 @@ impl<K, V> Shard<K, V> {
         if let Some(idle) = idle {
             fresh = fresh.idle(idle);
         }
-        fresh.version = self.version + 1;
+        // Flights and watchers concern keys, not entries: they stay.
+        fresh.flights = std::mem::take(&mut self.flights);
+        std::mem::swap(&mut fresh.changes, &mut self.changes);
         std::mem::replace(self, fresh)
     }
 

@@ -102,3 +102,27 @@ impl Racers {
         }
     }
 }
+
+/// Runs `f` on its own thread and returns its outcome (a panic as `Err`),
+/// or panics if it has not finished within `secs` seconds: a test of a
+/// hang fails instead of hanging (the stuck thread is left behind).
+pub fn within<R: Send + 'static>(
+    secs: u64,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> std::thread::Result<R> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = tx.send(r);
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("still running after {secs} s: a hang"))
+}
+
+/// The message of a panic payload.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}

@@ -32,6 +32,13 @@ impl<K, V> Shard<K, V> {
         self.wheel.slab.live_until(index)
     }
 
+    /// The 32 hash bits of the key in node `index` (vacant or not), which
+    /// must be below the slab's length.
+    #[inline]
+    pub(crate) fn hash_bits(&self, index: u32) -> u32 {
+        self.wheel.slab.nodes.hash(index)
+    }
+
     /// One past the highest slab index: every entry's index is below it.
     #[inline]
     pub(crate) fn slab_len(&self) -> u32 {
@@ -42,7 +49,7 @@ impl<K, V> Shard<K, V> {
     /// The key and value in node `index`, live or past its deadline;
     /// `None` for a vacant node or an index past the slab.
     #[inline]
-    fn held(&self, index: u32) -> Option<&(K, V)> {
+    pub(crate) fn held(&self, index: u32) -> Option<&(K, V)> {
         let (node, _) = self.wheel.slab.nodes.get(index as usize)?;
         if node.prev.load(Ordering::Relaxed) == VACANT {
             return None;
@@ -63,24 +70,29 @@ impl<K, V> Shard<K, V> {
     }
 
     /// Calls `f(index, key, value)` for each entry live at `now` among the
-    /// `span` slab indices from `from` (fewer at the slab's end). Returns
-    /// where the next call goes on, or `None` once the slab's end was
-    /// reached.
+    /// `span` slab indices from `from`, stopping at `end` (a walk passes the
+    /// slab length it found when it reached the shard, so that entries put
+    /// behind it cannot keep it going) or at the slab's end, or as soon as
+    /// `f` returns `false`. Returns where the next call goes on, or `None`
+    /// once `end` (or the slab's end) was reached.
     pub(crate) fn visit(
         &self,
         from: u32,
         span: u32,
+        end: u32,
         now: u64,
-        mut f: impl FnMut(u32, &K, &V),
+        mut f: impl FnMut(u32, &K, &V) -> bool,
     ) -> Option<u32> {
-        let len = self.slab_len();
-        let end = from.saturating_add(span).min(len);
-        for index in from..end {
+        let end = end.min(self.slab_len());
+        let stop = from.saturating_add(span).min(end);
+        for index in from..stop {
             if let Some((key, value)) = self.live_at(index, now) {
-                f(index, key, value);
+                if !f(index, key, value) {
+                    break;
+                }
             }
         }
-        (end < len).then_some(end)
+        (stop < end).then_some(stop)
     }
 
     /// Takes the entry in node `index` out of the shard if the node still
@@ -89,9 +101,11 @@ impl<K, V> Shard<K, V> {
     /// holds another key's entry. Runs no user code.
     ///
     /// Whether it is the *same* entry the caller saw is the caller's to
-    /// know: `map::iter` calls this only when no write reached the shard
-    /// since (its `version` is unchanged), so a node that still holds an
-    /// entry holds that one.
+    /// know: `map::iter` calls this only when its [`Changes`] say that no
+    /// write reached the node since, so a node that still holds an entry
+    /// holds that one.
+    ///
+    /// [`Changes`]: super::Changes
     pub(crate) fn take_seen(&mut self, index: u32, h32: u32, now: u64) -> Option<Removed<K, V>> {
         self.held(index)?;
         if self.wheel.slab.nodes.hash(index) != h32 {
@@ -123,7 +137,10 @@ mod tests {
         let mut seen = Vec::new();
         let mut from = Some(0);
         while let Some(at) = from {
-            from = s.visit(at, span, now, |i, &k, &v| seen.push((i, k, v)));
+            from = s.visit(at, span, u32::MAX, now, |i, &k, &v| {
+                seen.push((i, k, v));
+                true
+            });
         }
         seen
     }
@@ -167,8 +184,10 @@ mod tests {
             }
         }
         assert!(
-            s.visit(s.slab_len(), 4, 0, |_, _, _| panic!("past the end"))
-                .is_none()
+            s.visit(s.slab_len(), 4, u32::MAX, 0, |_, _, _| panic!(
+                "past the end"
+            ))
+            .is_none()
         );
     }
 
@@ -180,10 +199,11 @@ mod tests {
         }
         let index = |s: &Shard<u64, u64>, key: u64| {
             let mut at = None;
-            s.visit(0, 100, 0, |i, &k, _| {
+            s.visit(0, 100, u32::MAX, 0, |i, &k, _| {
                 if k == key {
                     at = Some(i);
                 }
+                true
             });
             at.expect("held")
         };
@@ -218,7 +238,10 @@ mod tests {
         }
         assert_eq!(s.usage(), Some((4, 4)));
         let mut seen = Vec::new();
-        s.visit(0, 8, 0, |i, &k, _| seen.push((i, k)));
+        s.visit(0, 8, u32::MAX, 0, |i, &k, _| {
+            seen.push((i, k));
+            true
+        });
         for &(i, k) in seen.iter().filter(|&&(_, k)| k % 2 == 0) {
             assert!(s.take_seen(i, h(k) as u32, 0).is_some());
             s.validate();
