@@ -3,13 +3,17 @@
 //! eviction thread, two `evict_expired` callers racing a `remove`, the
 //! capacity bound under concurrent puts and eviction,
 //! `get_or_insert_with`'s hand-off to waiters, racing reads recording
-//! their accesses for idle expiry, and reads and updates at an entry's
-//! idle deadline. Each also runs once as an
+//! their accesses for idle expiry, reads and updates at an entry's
+//! idle deadline, updates of one key running `f` once each and ordered
+//! against puts of the key, and `retain`'s per-entry conflict detection.
+//! Each also runs once as an
 //! ordinary test without `--cfg expiremap_loom`.
 //!
 //! A lost wake-up or a self-join shows up as a deadlock, which loom reports.
 
-use expiremap::{Cause, Clock, ExpireMap, ManualClock, RecvError, Subscriber, TryRecvError};
+use expiremap::{
+    Cause, Clock, ExpireMap, ManualClock, RecvError, Subscriber, TryRecvError, Update,
+};
 use expiremap_loom_tests::{model, model_with_preemptions, thread};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -512,5 +516,105 @@ fn an_update_at_the_idle_deadline_never_replaces_a_value_a_read_kept() {
             );
         }
         assert_eq!(map.get(&1), counted);
+    });
+}
+
+/// Two updates of one key, each adding one: `f` runs exactly once per
+/// call (two runs in all), and neither increment is lost, whatever the
+/// interleaving (the second waits for the first's flight to end).
+#[test]
+fn two_updates_of_one_key_run_f_once_each() {
+    model(|| {
+        let map = loading_map();
+        map.put(1, 0, Duration::from_secs(3600));
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let add = || {
+            let (map, calls) = (map.clone(), calls.clone());
+            thread::spawn(move || {
+                map.update(1, |seen| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Update::SetKeepTtl(seen.map_or(0, |(v, _)| *v) + 1)
+                })
+            })
+        };
+        let (a, b) = (add(), add());
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{a:?} {b:?}");
+        let mut got = [a, b];
+        got.sort_unstable();
+        assert_eq!(got, [Some(1), Some(2)]);
+        assert_eq!(map.get(&1), Some(2));
+    });
+}
+
+/// A put of the key racing an update: the put lands before the update's
+/// read (the update adds one to it) or after its commit (it stands), never
+/// between them, where the commit would overwrite it with a value made
+/// from the one before; and `f` runs once.
+#[test]
+fn a_put_racing_an_update_is_ordered_around_it() {
+    model(|| {
+        let map = loading_map();
+        map.put(1, 1, Duration::from_secs(3600));
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let updater = {
+            let (map, calls) = (map.clone(), calls.clone());
+            thread::spawn(move || {
+                map.update(1, |seen| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Update::Set(seen.map_or(0, |(v, _)| *v) + 1, Duration::from_secs(3600))
+                })
+            })
+        };
+        map.put(1, 100, Duration::from_secs(3600));
+        let updated = updater.join().unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let now = map.get(&1);
+        assert!(
+            (updated, now) == (Some(101), Some(101)) || (updated, now) == (Some(2), Some(100)),
+            "{updated:?} {now:?}"
+        );
+    });
+}
+
+/// `retain` rejecting value 1 of key 1 while another thread puts 10 there:
+/// the verdict on 1 is never applied to 10 (the write is logged for the
+/// node `retain` watches, and `f` is asked again), so 10 stays whatever
+/// the interleaving.
+#[test]
+fn retain_never_applies_a_verdict_to_a_value_it_was_not_shown() {
+    model(|| {
+        let map = loading_map();
+        map.put(1, 1, Duration::from_secs(3600));
+        let writer = {
+            let map = map.clone();
+            thread::spawn(move || map.put(1, 10, Duration::from_secs(3600)))
+        };
+        map.retain(|_, &v| v != 1);
+        writer.join().unwrap();
+        assert_eq!(map.get(&1), Some(10));
+    });
+}
+
+/// `retain` rejecting key 1 while another thread writes key 2 of the same
+/// shard: conflicts are per entry, so the verdict on 1 is applied.
+#[test]
+fn retain_applies_its_verdict_beside_a_write_of_another_key() {
+    model(|| {
+        let map = loading_map();
+        map.put(1, 1, Duration::from_secs(3600));
+        let writer = {
+            let map = map.clone();
+            thread::spawn(move || map.put(2, 20, Duration::from_secs(3600)))
+        };
+        let mut asked = 0;
+        map.retain(|&k, _| {
+            asked += 1;
+            k != 1
+        });
+        writer.join().unwrap();
+        assert_eq!((map.get(&1), map.get(&2)), (None, Some(20)));
+        // Key 2 may have been shown too, if it was put before the walk.
+        assert!(asked <= 2, "{asked}");
     });
 }
