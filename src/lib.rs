@@ -220,9 +220,11 @@
 //! # User code and locks
 //!
 //! Keys are hashed before any lock is taken. While a shard lock is held the
-//! only user code that runs is `Eq` (inside a lookup), `V::clone` (in
-//! `get`, `get_with_ttl`, `update`'s read, and `put_if_absent` when the key
-//! is live) and a
+//! only user code that runs is `Eq` (inside a lookup, and to find a key's
+//! load or update in flight), `V::clone` (in `get`, `get_with_ttl`,
+//! `update`'s read, a loading call's second look, `iter`, `retain`, and
+//! `put_if_absent` when the key is live), `K::clone` (in `iter`, `keys`
+//! and `retain`) and a
 //! user [`Clock`]'s `now` (the time is read
 //! after the lock is taken, so that "expired or not" is decided at the
 //! instant the operation acts): they must not call back into the same map. Values
@@ -238,9 +240,26 @@
 //! The map's operations do not panic on any input. A panic in user `Hash`,
 //! `Eq` or `Clone` propagates to the caller and leaves the shard consistent
 //! (parking_lot locks do not poison); if `Eq` panics inside `put`, the key
-//! and value being put are dropped after the shard lock is released. A
-//! panic in a value's `Drop` on the eviction thread is caught; the thread
-//! carries on.
+//! and value being put are dropped after the shard lock is released, and if
+//! `V::clone` panics in `iter` or `retain`, the key already cloned is
+//! dropped after the lock too.
+//!
+//! A panicking `Drop` of a key or value never costs another value its door:
+//! every value still leaves by exactly one door. Where the map drops values
+//! or old events in bulk (`evict_expired`, `clear`, dropping the map, the
+//! eviction thread) it finishes the whole batch, then resumes the first
+//! panic (the eviction thread catches it and carries on; a map dropped
+//! while its thread is already unwinding drops it). A call that hands a
+//! value back (`put`, `remove`, `replace`, `update`, …) and publishes on
+//! the way catches such a panic from another value's `Drop`, or from
+//! `V::clone` of a notification copy, and returns its value. One case is
+//! the language's own: a value a call returns is leaked if a local of the
+//! caller panics in `Drop` during the return (rust-lang/rust#47949).
+//!
+//! A `get_or_insert_with` whose `init` asks for its own key, an `update`
+//! whose `f` writes its own key, and a cycle of loads or updates each
+//! waiting for another's key (across threads and maps) would wait for ever:
+//! they panic instead, naming the threads.
 //! [`Builder::build`] panics on invalid settings ([`Builder::try_build`]
 //! returns the error instead).
 //!

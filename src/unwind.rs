@@ -5,9 +5,10 @@
 //!
 //! # Ground rules
 //!
-//! * A panic caught here is always resumed on the caller's thread once the
-//!   work is done and every lock is released, unless the thread is already
-//!   unwinding (a second panic would abort the process): then it is dropped.
+//! * A panic caught here is resumed on the caller's thread once the work is
+//!   done and every lock is released, unless the thread is already
+//!   unwinding (a second panic would abort the process), or the caller
+//!   must return a value it holds: then it is dropped.
 //! * Nothing here takes a lock or runs user code of its own.
 
 use std::any::Any;
@@ -66,6 +67,14 @@ impl Panics {
     pub(crate) fn drop_each<T>(&mut self, values: impl IntoIterator<Item = T>) {
         for v in values {
             self.run(move || drop(v));
+        }
+    }
+
+    /// Drops the panic caught, if any, without resuming it: for a call
+    /// that must return a value it holds (see `map::Inner::leave`).
+    pub(crate) fn forget(self) {
+        if let Some(p) = self.0 {
+            forget_payload(p);
         }
     }
 

@@ -8,10 +8,16 @@
 //!   `contains_key` take the read lock; everything that changes an entry takes
 //!   the write lock.
 //! * The key's hash is computed before any lock is taken. Under a lock the
-//!   only user code is `Eq` (lookups) and `V::clone` (`get`); values that
-//!   leave the map are dropped, and events published, after the lock is
-//!   released. The eviction thread runs no user code under a lock at all, and
-//!   catches panics from user `Drop` code it runs.
+//!   only user code is `Eq` (lookups, and finding a key's flight) and the
+//!   clones the crate docs list (`get`, loading, `update`'s read,
+//!   iteration); values that leave the map are dropped, and events
+//!   published, after the lock is released (a user panic on the way never
+//!   cuts a batch short: `crate::unwind`). The eviction thread runs no user
+//!   code under a lock at all, and catches panics from user `Drop` code it
+//!   runs.
+//! * Loads and updates in flight are registered in their key's shard,
+//!   under its write lock (`load`: one flight per key, waits that never
+//!   close a cycle).
 //! * The eviction thread and the shards meet only through
 //!   [`Signal`](evictor::Signal) (see its module for the wake-up protocol) and
 //!   the shard locks.
@@ -1384,19 +1390,32 @@ where
     /// (`Removed`, `Replaced`) or publishes it (`Expired`), publishing a
     /// notification copy of returned values if `publish_removals` is on.
     /// Runs after the shard lock is released.
+    ///
+    /// Never unwinds: a panic in user code on the way (the `Drop` of an old
+    /// event the publication overwrites, of a value nobody is subscribed
+    /// to receive, or `V::clone` of the notification copy) is caught and
+    /// dropped, so that the call it serves still returns its value (see
+    /// "Panics" in the crate docs).
     fn leave(&self, old: Removed<K, V>, now: u64) -> Option<V> {
-        match old.door {
+        let mut panics = Panics::new();
+        let r = match old.door {
             door @ (Door::Expired | Door::Size) => {
                 if door == Door::Size {
                     self.size_evicted.fetch_add(1, Ordering::Relaxed);
                 }
-                if let Some(s) = self.events.live_sender() {
-                    let cause = if door == Door::Size {
-                        Cause::Size
-                    } else {
-                        Cause::Expired
-                    };
-                    s.send(Event::new(old.key, old.value, cause, old.deadline, now));
+                match self.events.live_sender() {
+                    Some(s) => {
+                        let cause = if door == Door::Size {
+                            Cause::Size
+                        } else {
+                            Cause::Expired
+                        };
+                        let event = Event::new(old.key, old.value, cause, old.deadline, now);
+                        panics.run(move || s.send(event));
+                    }
+                    None => {
+                        panics.run(move || drop(old));
+                    }
                 }
                 None
             }
@@ -1410,17 +1429,23 @@ where
                     } else {
                         Cause::Replaced
                     };
-                    s.send(Event::new(
-                        old.key,
-                        old.value.clone(),
-                        cause,
-                        old.deadline,
-                        now,
-                    ));
+                    let Removed {
+                        key,
+                        value,
+                        deadline,
+                        ..
+                    } = old;
+                    panics.run(|| {
+                        s.send(Event::new(key, value.clone(), cause, deadline, now));
+                    });
+                    panics.forget();
+                    return Some(value);
                 }
                 Some(old.value)
             }
-        }
+        };
+        panics.forget();
+        r
     }
 
     /// [`leave`](Self::leave) for each entry a put pushed out. Cold: only
@@ -1428,12 +1453,9 @@ where
     #[cold]
     #[inline(never)]
     fn leave_all(&self, out: shard::Out<K, V>, now: u64) {
-        // Each by its door, whatever a `Drop` on the way does.
-        let mut panics = Panics::new();
         for r in out {
-            panics.run(|| self.leave(r, now));
+            self.leave(r, now);
         }
-        panics.resume();
     }
 
     /// Publishes (or drops) every entry of a shard taken out of the map, in

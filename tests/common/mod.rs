@@ -80,13 +80,34 @@ impl Racers {
         V: Clone + Send + Sync + 'static,
         S: std::hash::BuildHasher + Send + Sync + 'static,
     {
+        Self::spawn_with(map, n, false)
+    }
+
+    /// As [`spawn`](Self::spawn); with `catch`, a panic out of
+    /// `evict_expired` (a value's `Drop`) is caught and the loop goes on.
+    pub fn spawn_with<K, V, S>(
+        map: &std::sync::Arc<ExpireMap<K, V, S>>,
+        n: usize,
+        catch: bool,
+    ) -> Self
+    where
+        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+        S: std::hash::BuildHasher + Send + Sync + 'static,
+    {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let threads = (0..n)
             .map(|_| {
                 let (map, stop) = (map.clone(), stop.clone());
                 std::thread::spawn(move || {
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        map.evict_expired();
+                        if catch {
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                map.evict_expired()
+                            }));
+                        } else {
+                            map.evict_expired();
+                        }
                     }
                 })
             })
