@@ -117,6 +117,9 @@ fn count_gets(gets: u64) {
     let load = std::env::var_os("LOOKUP_LOOP_LOAD").is_some();
     // LOOKUP_LOOP_EXACT: the gets are `get_with_ttl` (the exact clock).
     let exact = std::env::var_os("LOOKUP_LOOP_EXACT").is_some();
+    // LOOKUP_LOOP_PUT: the operations are `put`s overwriting held keys (a
+    // put's cost without table growth).
+    let put = std::env::var_os("LOOKUP_LOOP_PUT").is_some();
     for i in 0..KEYS {
         em.put(mix64(i), i, TTL);
     }
@@ -125,6 +128,12 @@ fn count_gets(gets: u64) {
         for _ in 0..gets {
             let k = mix64(rng.next_u64() % KEYS);
             black_box(em.get_or_insert_with(k, TTL, || unreachable!()));
+        }
+        return;
+    }
+    if put {
+        for i in 0..gets {
+            black_box(em.put(mix64(rng.next_u64() % KEYS), i, TTL));
         }
         return;
     }
