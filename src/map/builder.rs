@@ -56,6 +56,8 @@ pub enum BuildError {
     TwoBounds,
     /// `time_to_idle` must be above zero.
     TimeToIdle(Duration),
+    /// `time_to_live` must be above zero.
+    TimeToLive(Duration),
     /// The eviction thread could not be spawned.
     Spawn(String),
 }
@@ -99,6 +101,9 @@ impl fmt::Display for BuildError {
             Self::TimeToIdle(d) => {
                 write!(f, "invalid time_to_idle: {d:?} (must be above zero)")
             }
+            Self::TimeToLive(d) => {
+                write!(f, "invalid time_to_live: {d:?} (must be above zero)")
+            }
             Self::Spawn(e) => write!(f, "could not spawn the eviction thread: {e}"),
         }
     }
@@ -123,6 +128,8 @@ pub(crate) struct Config {
     pub(crate) idle: Option<u64>,
     /// Count hits and misses.
     pub(crate) record_stats: bool,
+    /// The TTL of [`ExpireMap::insert`] (`Duration::MAX`: no expiry).
+    pub(crate) time_to_live: Duration,
 }
 
 /// Weighs an entry for [`Builder::max_weight`]; runs outside every lock.
@@ -162,6 +169,7 @@ pub struct Builder<K, V, S = ahash::RandomState> {
     max_entries: Option<u64>,
     max_weight: Option<u64>,
     idle: Option<Duration>,
+    time_to_live: Option<Duration>,
     record_stats: bool,
     weigher: Option<Weigher<K, V>>,
     _marker: PhantomData<fn(K, V)>,
@@ -183,6 +191,7 @@ impl<K, V> Builder<K, V> {
             max_entries: None,
             max_weight: None,
             idle: None,
+            time_to_live: None,
             record_stats: false,
             weigher: None,
             _marker: PhantomData,
@@ -237,6 +246,7 @@ impl<K, V, S> Builder<K, V, S> {
             max_entries: self.max_entries,
             max_weight: self.max_weight,
             idle: self.idle,
+            time_to_live: self.time_to_live,
             record_stats: self.record_stats,
             weigher: self.weigher,
             _marker: PhantomData,
@@ -403,6 +413,30 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
+    /// The time to live of [`ExpireMap::insert`], set once for the map as
+    /// moka's `time_to_live` is (default: none, so `insert` stores entries
+    /// that never expire). [`ExpireMap::put`] still takes a TTL per call.
+    /// [`try_build`](Self::try_build) rejects a zero `d`.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map = ExpireMap::<&str, u32>::builder()
+    ///     .clock(clock.clone())
+    ///     .time_to_live(Duration::from_secs(30))
+    ///     .build();
+    /// map.insert("a", 1);
+    /// assert_eq!(map.ttl("a"), Some(Duration::from_secs(30)));
+    /// clock.advance(Duration::from_secs(31));
+    /// assert_eq!(map.get("a"), None);
+    /// ```
+    pub fn time_to_live(mut self, d: Duration) -> Self {
+        self.time_to_live = Some(d);
+        self
+    }
+
     fn config(&self) -> Result<Config, BuildError> {
         let mut shards = match self.shards {
             Some(n) => n,
@@ -446,7 +480,13 @@ impl<K, V, S> Builder<K, V, S> {
             Some(d) => Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             None => None,
         };
+        let time_to_live = match self.time_to_live {
+            Some(d) if d.is_zero() => return Err(BuildError::TimeToLive(d)),
+            Some(d) => d,
+            None => Duration::MAX,
+        };
         Ok(Config {
+            time_to_live,
             shards,
             interval: self.interval.as_nanos() as u64,
             precision: self.precision.as_nanos() as u64,

@@ -11,14 +11,21 @@
 //!   released before the batch is handed out. The caller's code (a loop
 //!   body, `retain`'s `f`, `Drop` of what is handed back) never runs under
 //!   a lock. `K::clone` and `V::clone` do, as they do for `get`.
-//! * `retain` is optimistic, like `update`: it reads a span and the shard's
-//!   `version` under the read lock, runs `f` with no lock held, and removes
-//!   the entries `f` rejected under the write lock only if `version` has
-//!   not moved, i.e. no write reached the shard meanwhile. Eviction does
-//!   not raise `version`, but it only vacates nodes (a node reused by a put
-//!   raises it), so with `version` unchanged a node that still holds an
-//!   entry holds the one `f` was shown. Otherwise the rejected entries are
-//!   read again and `f` asked again, at most [`RETAIN_TRIES`] times.
+//! * Each walk of a shard ends at the slab length it found when it reached
+//!   the shard: nodes appended behind it (keys put meanwhile, by the loop
+//!   body or another thread) cannot keep it going.
+//! * `retain` is optimistic: it reads a span under the read lock while
+//!   *watching* the shard's [`Changes`] log (every write of a node is
+//!   logged while someone watches), runs `f` with no lock held, and
+//!   removes the entries `f` rejected under the write lock only if their
+//!   nodes were not written since. Eviction is not logged, but it only
+//!   vacates nodes (a node reused by a put is logged), so a node that still
+//!   holds an entry of the same hash bits holds the one `f` was shown. An
+//!   entry that changed is read again and `f` asked again, at most
+//!   [`RETAIN_TRIES`] times; one whose key has an update in flight is
+//!   treated as changed, and waited for.
+//!
+//! [`Changes`]: super::shard::Changes
 
 use super::load;
 use super::shard::Removed;
@@ -37,9 +44,9 @@ const SPAN: u32 = if cfg!(any(expiremap_loom, miri)) {
     128
 };
 
-/// Times `retain` asks `f` about the entries it rejected in one span,
-/// while writes to their shard keep moving its `version` between the read
-/// and the removal. After the last, those entries stay.
+/// Times `retain` asks `f` about an entry it rejected, while writes of
+/// that entry keep landing between the read and the removal. After the
+/// last, the entry stays.
 pub(crate) const RETAIN_TRIES: usize = 8;
 
 /// The state shared by [`Iter`] and [`Keys`]: where the walk stands and
@@ -296,16 +303,18 @@ where
     /// about them. Entries put while `retain` runs may or may not be shown
     /// to `f`, as for [`iter`](Self::iter).
     ///
-    /// How a change is seen: each shard counts the writes to it. A batch
-    /// of entries is read with that count under the shard's read lock, and
-    /// the rejected ones are removed under the write lock only if no write
-    /// reached the shard since; otherwise `f` is asked again about what
-    /// those entries hold now. So `f` may be called more than once for an
-    /// entry (keep it free of side effects that must happen once), and,
-    /// where writes to one shard never pause, an entry `f` rejected 8
-    /// times in a row is kept. If `f` panics, the panic reaches the caller;
-    /// the entries removed before it are gone (by their doors, as above),
-    /// the others stay, and the map stays consistent and usable.
+    /// How a change is seen: while `retain` reads a batch of entries, their
+    /// shard logs which entries are written, and a rejected entry is
+    /// removed only if the log shows no write of it since `f` saw it;
+    /// writes of other entries do not matter. Otherwise `f` is asked again
+    /// about what the entry holds now, so `f` may be called more than once
+    /// for an entry that keeps changing (keep it free of side effects that
+    /// must happen once), and an entry `f` rejected 8 times in a row, each
+    /// time changed before the removal, is kept. An entry whose key has an
+    /// [`update`](Self::update) in flight is asked about again once it
+    /// committed. If `f` panics, the panic reaches the caller; the entries
+    /// removed before it are gone (by their doors, as above), the others
+    /// stay, and the map stays consistent and usable.
     ///
     /// ```
     /// use expiremap::ExpireMap;

@@ -486,6 +486,25 @@ where
         }
     }
 
+    /// [`put`](Self::put) with the map's
+    /// [`time_to_live`](Builder::time_to_live), or with no expiry if none
+    /// was set (the deadline saturates: the entry stays until removed,
+    /// replaced, or pushed out by a bound). Returns the previous live value.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<&str, u32> = ExpireMap::new();
+    /// assert_eq!(map.insert("a", 1), None);
+    /// assert_eq!(map.insert("a", 2), Some(1));
+    /// let century = Duration::from_secs(100 * 365 * 86_400);
+    /// assert!(map.ttl("a").unwrap() > century); // no expiry
+    /// ```
+    pub fn insert(&self, key: K, value: V) -> Option<V> {
+        self.put(key, value, self.inner.config.time_to_live)
+    }
+
     /// [`put`](Self::put) into a bounded map, and the conditional puts
     /// into any map: the weigher runs first (no lock held), and what the
     /// bound pushes out is published or dropped after the lock is released.
@@ -946,9 +965,17 @@ where
     /// storing it. In a bounded map the value may be refused like any
     /// put's.
     ///
-    /// `init` may use the map for other keys. It must not ask for its own
-    /// key (through this call): that would wait for itself, and panics
-    /// instead.
+    /// `init` may use the map for other keys, those of the same hash
+    /// included (loads are told apart by `Eq`). Asking for its own key
+    /// (through this call) would wait for itself, and so would a cycle of
+    /// loads each waiting for another's key (thread 1's `init` for key 1
+    /// loading key 2 while thread 2's `init` for key 2 loads key 1): the
+    /// caller that would close such a cycle panics instead, naming the
+    /// threads, and the others go on.
+    ///
+    /// On an async runtime, this call parks the calling thread while
+    /// another caller loads the key, and `init` runs on it: call it where
+    /// blocking is allowed (`spawn_blocking`), not on a runtime worker.
     ///
     /// ```
     /// use expiremap::ExpireMap;
@@ -1126,6 +1153,94 @@ where
             return Ok(v);
         }
         self.load(key, ttl, init)
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with) by reference: the
+    /// owned key is made (`ToOwned`) only on a miss, so a hit costs what
+    /// [`get`](Self::get) costs, with no allocation for a `String` key
+    /// (moka's `get_with_by_ref`).
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<String, usize> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let len = map.get_or_insert_with_by_ref("four", minute, || 4);
+    /// assert_eq!(len, 4);
+    /// // A hit: neither `init` nor an owned `String`.
+    /// assert_eq!(map.get_or_insert_with_by_ref("four", minute, || unreachable!()), 4);
+    /// ```
+    pub fn get_or_insert_with_by_ref<Q>(
+        &self,
+        key: &Q,
+        ttl: Duration,
+        init: impl FnOnce() -> V,
+    ) -> V
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let r = self
+            .try_get_or_insert_with_by_ref(key, ttl, || Ok::<V, std::convert::Infallible>(init()));
+        match r {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`try_get_or_insert_with`](Self::try_get_or_insert_with) by
+    /// reference: the owned key is made only on a miss.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<String, u32> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let r = map.try_get_or_insert_with_by_ref("a", minute, || Err::<u32, _>("down"));
+    /// assert_eq!(r, Err("down"));
+    /// assert_eq!(map.try_get_or_insert_with_by_ref("a", minute, || Ok::<_, &str>(1)), Ok(1));
+    /// ```
+    pub fn try_get_or_insert_with_by_ref<Q, E>(
+        &self,
+        key: &Q,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // A hit or a miss, counted once.
+        if let Some(v) = self.get(key) {
+            return Ok(v);
+        }
+        self.load(key.to_owned(), ttl, init)
+    }
+
+    /// [`update`](Self::update) by reference. The owned key is made
+    /// (`ToOwned`) before the update registers, which needs it.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, Update};
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<String, u32> = ExpireMap::new();
+    /// let add = |seen: Option<(&u32, Duration)>| match seen {
+    ///     None => Update::Set(1, Duration::from_secs(60)),
+    ///     Some((n, _)) => Update::SetKeepTtl(n + 1),
+    /// };
+    /// assert_eq!(map.update_by_ref("hits", add), Some(1));
+    /// assert_eq!(map.update_by_ref("hits", add), Some(2));
+    /// ```
+    pub fn update_by_ref<Q, F>(&self, key: &Q, f: F) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        F: FnOnce(Option<(&V, Duration)>) -> Update<V>,
+    {
+        self.update(key.to_owned(), f)
     }
 
     /// [`try_get_or_insert_with`](Self::try_get_or_insert_with) after its

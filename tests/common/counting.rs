@@ -11,11 +11,16 @@ pub(crate) struct Counting;
 /// Bytes currently allocated through [`Counting`].
 pub(crate) static LIVE: AtomicIsize = AtomicIsize::new(0);
 
+/// Allocations made through [`Counting`] so far (reallocations included).
+#[allow(dead_code)]
+pub(crate) static ALLOCS: AtomicIsize = AtomicIsize::new(0);
+
 // SAFETY: forwards every call to the system allocator unchanged; it only
 // counts the bytes requested and released.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same layout contract as our caller's.
         unsafe { System.alloc(layout) }
     }
@@ -26,6 +31,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
         LIVE.fetch_add(new as isize - layout.size() as isize, Ordering::Relaxed);
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.realloc(ptr, layout, new) }
     }
