@@ -34,6 +34,10 @@
 //!   threads, instead of parking for ever.
 
 use super::shard::Shard;
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
 use std::borrow::Borrow;
 
@@ -56,8 +60,9 @@ pub(crate) struct Flight<K, V> {
     /// A write of this key happened during the load. Set and read under the
     /// shard's write lock.
     touched: AtomicBool,
-    /// The thread running it, for the wait graph.
-    runner: thread::ThreadId,
+    /// The thread running it, for the wait graph; `None` for an async
+    /// load, whose task may move between threads and parks none.
+    runner: Option<thread::ThreadId>,
     /// The runner's name, for the panic that names a cycle.
     runner_name: Option<String>,
     /// Set once it ended: the wait graph reads it without any loom-modelled
@@ -66,24 +71,49 @@ pub(crate) struct Flight<K, V> {
 }
 
 enum State<V> {
-    Running,
+    /// With the wakers of the async callers waiting for it.
+    Running(Vec<Waker>),
     Done(V),
+    /// A load whose `init` failed: its error, for the waiters whose call
+    /// returns the same error type (see [`Ended::Failed`]).
+    Failed(SharedError),
+    /// An update that ended, or a load that panicked or was cancelled.
     Ended,
 }
 
+/// A failed load's error, shared by its waiters: each whose call returns
+/// the same error type gets a clone. A std `Arc` in every build: it only
+/// carries the value (its count orders nothing).
+pub(crate) type SharedError = unmodeled::Arc<dyn Any + Send + Sync>;
+
+/// How a flight ended, as a waiter sees it.
+pub(crate) enum Ended<V> {
+    /// A load's value (a clone).
+    Value(V),
+    /// A load's `init` failed with this error.
+    Failed(SharedError),
+    /// An update ended, or a load panicked or was cancelled: look again.
+    Over,
+}
+
 impl<K, V> Flight<K, V> {
-    /// A flight of `key` (hash `hash`) run by the calling thread.
-    pub(crate) fn new(key: K, hash: u64, kind: Kind) -> Self {
+    /// A flight of `key` (hash `hash`) run by the calling thread, or, if
+    /// `task`, by an async task (on no thread in particular).
+    pub(crate) fn new(key: K, hash: u64, kind: Kind, task: bool) -> Self {
         let me = thread::current();
         Self {
             key,
             hash,
             kind,
-            state: Mutex::new(State::Running),
+            state: Mutex::new(State::Running(Vec::new())),
             ended: Condvar::new(),
             touched: AtomicBool::new(false),
-            runner: me.id(),
-            runner_name: me.name().map(str::to_owned),
+            runner: (!task).then(|| me.id()),
+            runner_name: if task {
+                None
+            } else {
+                me.name().map(str::to_owned)
+            },
             over: unmodeled::Arc::new(unmodeled::AtomicBool::new(false)),
         }
     }
@@ -101,27 +131,66 @@ impl<K, V> Flight<K, V> {
 
     /// Whether the calling thread runs this flight.
     pub(crate) fn is_mine(&self) -> bool {
-        self.runner == thread::current().id()
+        self.runner == Some(thread::current().id())
     }
 }
 
 impl<K, V: Clone> Flight<K, V> {
-    /// Parks until the flight ends: a load's value (a clone), or `None` if
-    /// it failed or was an update. Called with no lock held.
+    /// Parks until the flight ends. Called with no lock held.
     ///
     /// # Panics
     ///
     /// If waiting would close a cycle of waits (see the module docs).
-    pub(crate) fn wait(&self) -> Option<V> {
+    pub(crate) fn wait(&self) -> Ended<V> {
         let _edge = graph::Edge::enter(self);
         let mut state = self.state.lock();
         loop {
-            match &*state {
-                State::Running => self.ended.wait(&mut state),
-                State::Done(v) => return Some(v.clone()),
-                State::Ended => return None,
+            if let Some(ended) = Self::ended(&state) {
+                return ended;
+            }
+            self.ended.wait(&mut state);
+        }
+    }
+
+    /// How the flight ended, if it did.
+    fn ended(state: &State<V>) -> Option<Ended<V>> {
+        match state {
+            State::Running(_) => None,
+            State::Done(v) => Some(Ended::Value(v.clone())),
+            State::Failed(e) => Some(Ended::Failed(e.clone())),
+            State::Ended => Some(Ended::Over),
+        }
+    }
+
+    /// Waits for the flight to end without parking the thread: the future
+    /// registers its task's waker with the flight, which wakes it when it
+    /// ends (under the same lock the state is set under, so a flight that
+    /// ends while the waker is being registered is seen by the check that
+    /// comes with it).
+    pub(crate) fn wait_async(&self) -> WaitAsync<'_, K, V> {
+        WaitAsync { flight: self }
+    }
+}
+
+/// The future of [`Flight::wait_async`].
+pub(crate) struct WaitAsync<'a, K, V> {
+    flight: &'a Flight<K, V>,
+}
+
+impl<K, V: Clone> Future for WaitAsync<'_, K, V> {
+    type Output = Ended<V>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ended<V>> {
+        let mut state = self.flight.state.lock();
+        if let Some(ended) = Flight::<K, V>::ended(&state) {
+            return Poll::Ready(ended);
+        }
+        if let State::Running(wakers) = &mut *state {
+            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                wakers.push(cx.waker().clone());
             }
         }
+        Poll::Pending
     }
 }
 
@@ -183,6 +252,7 @@ where
 pub(crate) struct FlightGuard<'a, K, V> {
     pub(crate) flight: Arc<Flight<K, V>>,
     value: Option<V>,
+    error: Option<SharedError>,
     /// The lock of the shard the flight is registered in.
     lock: &'a RwLock<Shard<K, V>>,
 }
@@ -194,6 +264,7 @@ impl<'a, K, V> FlightGuard<'a, K, V> {
         Self {
             flight,
             value: None,
+            error: None,
             lock,
         }
     }
@@ -201,6 +272,11 @@ impl<'a, K, V> FlightGuard<'a, K, V> {
     /// The load succeeded with `value` (handed to the waiters at drop).
     pub(crate) fn done(&mut self, value: V) {
         self.value = Some(value);
+    }
+
+    /// The load failed with `error` (shared with the waiters at drop).
+    pub(crate) fn failed(&mut self, error: SharedError) {
+        self.error = Some(error);
     }
 }
 
@@ -216,13 +292,18 @@ impl<K, V> Drop for FlightGuard<'_, K, V> {
         drop(shard);
         drop(registered);
         let mut state = self.flight.state.lock();
-        *state = match self.value.take() {
-            Some(v) => State::Done(v),
-            None => State::Ended,
+        let ended = match (self.value.take(), self.error.take()) {
+            (Some(v), _) => State::Done(v),
+            (None, Some(e)) => State::Failed(e),
+            (None, None) => State::Ended,
         };
+        let waiting = std::mem::replace(&mut *state, ended);
         drop(state);
         self.flight.over.store(true, unmodeled::Ordering::SeqCst);
         self.flight.ended.notify_all();
+        if let State::Running(wakers) = waiting {
+            wakers.into_iter().for_each(Waker::wake);
+        }
     }
 }
 
@@ -234,7 +315,7 @@ mod graph {
 
     struct Link {
         waiter: thread::ThreadId,
-        runner: thread::ThreadId,
+        runner: Option<thread::ThreadId>,
         runner_name: Option<String>,
         over: unmodeled::Arc<unmodeled::AtomicBool>,
     }
@@ -282,7 +363,11 @@ mod graph {
                 if over.load(unmodeled::Ordering::SeqCst) {
                     break;
                 }
-                if runner == me {
+                let Some(runner_id) = runner else {
+                    // An async load parks no thread: no cycle through it.
+                    break;
+                };
+                if runner_id == me {
                     drop(waits);
                     let me = name(me, thread::current().name());
                     if chain.is_empty() {
@@ -302,8 +387,8 @@ mod graph {
                 if !chain.is_empty() {
                     chain.push_str(", which waits for a key whose init (or f) runs on thread ");
                 }
-                chain.push_str(&name(runner, runner_name.as_deref()));
-                let Some(next) = waits.iter().find(|l| l.waiter == runner) else {
+                chain.push_str(&name(runner_id, runner_name.as_deref()));
+                let Some(next) = waits.iter().find(|l| l.waiter == runner_id) else {
                     break;
                 };
                 (runner, runner_name, over) =

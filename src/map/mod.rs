@@ -93,6 +93,16 @@ enum Read {
 /// `put_slow`'s `Commit` condition failed: the entry expired since.
 struct Stale;
 
+/// What a loading call that missed finds under the write lock.
+enum Begun<K, V> {
+    /// The key's live value.
+    Hit(V),
+    /// The key's flight, to wait for.
+    Wait(Arc<load::Flight<K, V>>),
+    /// A new load, registered for the caller to run.
+    Run(Arc<load::Flight<K, V>>),
+}
+
 /// What the function given to [`ExpireMap::update`] does with the entry
 /// it was shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,6 +139,7 @@ use evictor::{Signal, Wake};
 use shard::{Door, PutOutcome, Removed, Shard};
 use std::borrow::Borrow;
 use std::fmt;
+use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Not;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -1070,7 +1081,7 @@ where
                         expired = shard.remove(hash, &key, now).map(|r| (r, now));
                     }
                     let key = spare.take().expect("registered once");
-                    let flight = Arc::new(load::Flight::new(key, hash, load::Kind::Update));
+                    let flight = Arc::new(load::Flight::new(key, hash, load::Kind::Update, false));
                     shard.flights.push(flight.clone());
                     Ok((flight, seen))
                 }
@@ -1127,8 +1138,13 @@ where
     }
 
     /// [`get_or_insert_with`](Self::get_or_insert_with) with an `init` that
-    /// may fail: its error is returned to its caller, nothing is stored, and
-    /// one of the waiting callers runs its own `init`.
+    /// may fail: nothing is stored, and its error is returned to its caller
+    /// and to every caller waiting for that load whose call returns the
+    /// same error type (a clone each, so one failing load is one `init`
+    /// however many callers wait, as moka shares it as `Arc<E>`). A waiter
+    /// whose call returns another error type, or none
+    /// (`get_or_insert_with`), runs its own `init`. Callers that come after
+    /// the failure load again.
     ///
     /// ```
     /// use expiremap::ExpireMap;
@@ -1147,7 +1163,10 @@ where
         key: K,
         ttl: Duration,
         init: impl FnOnce() -> Result<V, E>,
-    ) -> Result<V, E> {
+    ) -> Result<V, E>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
         // A hit or a miss, counted once.
         if let Some(v) = self.get(&key) {
             return Ok(v);
@@ -1211,6 +1230,7 @@ where
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        E: Clone + Send + Sync + 'static,
     {
         // A hit or a miss, counted once.
         if let Some(v) = self.get(key) {
@@ -1246,52 +1266,201 @@ where
     /// [`try_get_or_insert_with`](Self::try_get_or_insert_with) after its
     /// first look missed: out of line, so that a hit is a `get`.
     #[inline(never)]
-    fn load<E>(&self, key: K, ttl: Duration, init: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
-        let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(&key);
-        let lock = inner.shard(hash);
+    fn load<E>(&self, key: K, ttl: Duration, init: impl FnOnce() -> Result<V, E>) -> Result<V, E>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        let hash = self.inner.hasher.hash_one(&key);
         // The flight's own copy of the key, made before any lock is taken
         // (and dropped after it, if not needed).
         let mut spare = Some(key.clone());
         let flight = loop {
-            let found = {
-                let (shard, now) = inner.write_now(hash);
-                // A put between the miss and here, or a load that ended.
-                if let Some(f) = shard.get_from(shard.start(hash), hash, &key) {
-                    if f.access(now) {
-                        return Ok(f.value.clone());
+            match self.begin_load(hash, &key, &mut spare, false) {
+                Begun::Hit(v) => return Ok(v),
+                Begun::Run(flight) => break flight,
+                Begun::Wait(other) => {
+                    if let Some(r) = Self::shared(other.wait()) {
+                        return r;
                     }
-                }
-                let mut shard = shard;
-                match load::find(&shard.flights, hash, &key) {
-                    Some(other) => Err(other.clone()),
-                    None => {
-                        let key = spare.take().expect("registered once");
-                        let flight = Arc::new(load::Flight::new(key, hash, load::Kind::Load));
-                        shard.flights.push(flight.clone());
-                        Ok(flight)
-                    }
-                }
-            };
-            match found {
-                Ok(flight) => break flight,
-                Err(other) => {
-                    let loaded = other.wait();
-                    if let (load::Kind::Load, Some(v)) = (other.kind, loaded) {
-                        return Ok(v);
-                    }
-                    // It failed, or was an update: look again.
                 }
             }
         };
         drop(spare);
-        let mut guard = load::FlightGuard::new(flight, lock);
-        let v = init()?;
-        if !ttl.is_zero() {
-            let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
+        let mut guard = load::FlightGuard::new(flight, self.inner.shard(hash));
+        let r = init();
+        self.end_load(key, ttl, r, &mut guard)
+    }
+
+    /// The async form of [`get_or_insert_with`](Self::get_or_insert_with):
+    /// the live value for `key`, or the value the future `init` makes,
+    /// stored for `ttl`. A hit returns without polling `init` (and without
+    /// an await point that waits). No thread ever parks on behalf of an
+    /// async caller: a caller that finds the key being loaded (by an async
+    /// or a blocking caller: the two share one flight per key) awaits a
+    /// wake-up from the load, so a hundred tasks of one key complete on a
+    /// current-thread runtime. No runtime is needed: it runs on any
+    /// executor.
+    ///
+    /// If the future is dropped while it loads (a timeout, a client gone),
+    /// the load is handed over: a waiting or later caller loads, and
+    /// nothing of the cancelled `init` is stored. A write of the key during
+    /// the load wins, a zero `ttl` returns the value without storing it,
+    /// and in a bounded map the value may be refused, as for the blocking
+    /// form. If `init` panics, the panic reaches its caller and the waiters
+    /// go on (one of them loads).
+    ///
+    /// An `init` that awaits a load of its own key waits for itself (the
+    /// future never completes): unlike the blocking form, an async caller
+    /// cannot be told from its thread.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     use std::task::{Context, Poll, Waker};
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let mut cx = Context::from_waker(Waker::noop());
+    /// #     loop { if let Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// let map: ExpireMap<u32, String> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// // On any executor (tokio, async-std, a hand-written one):
+    /// let v = block_on(map.get_or_insert_with_async(1, minute, async { "one".to_string() }));
+    /// assert_eq!(v, "one");
+    /// let again = block_on(map.get_or_insert_with_async(1, minute, async { unreachable!() }));
+    /// assert_eq!(again, "one"); // a hit: `init` never polled
+    /// ```
+    pub async fn get_or_insert_with_async<F>(&self, key: K, ttl: Duration, init: F) -> V
+    where
+        F: Future<Output = V>,
+    {
+        let init = async { Ok::<V, std::convert::Infallible>(init.await) };
+        match self.try_get_or_insert_with_async(key, ttl, init).await {
+            Ok(v) => v,
+            Err(never) => match never {},
         }
-        guard.done(v.clone());
-        Ok(v)
+    }
+
+    /// The async form of
+    /// [`try_get_or_insert_with`](Self::try_get_or_insert_with): as
+    /// [`get_or_insert_with_async`](Self::get_or_insert_with_async), with a
+    /// fallible `init` whose error is shared with the callers waiting for
+    /// it (a clone each), blocking or async, whose call returns the same
+    /// error type.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     use std::task::{Context, Poll, Waker};
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let mut cx = Context::from_waker(Waker::noop());
+    /// #     loop { if let Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// let map: ExpireMap<u32, u32> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let r = block_on(map.try_get_or_insert_with_async(1, minute, async { Err("down") }));
+    /// assert_eq!(r, Err("down"));
+    /// assert_eq!(map.get(&1), None);
+    /// let r = block_on(map.try_get_or_insert_with_async(1, minute, async { Ok::<_, &str>(1) }));
+    /// assert_eq!(r, Ok(1));
+    /// ```
+    pub async fn try_get_or_insert_with_async<F, E>(
+        &self,
+        key: K,
+        ttl: Duration,
+        init: F,
+    ) -> Result<V, E>
+    where
+        F: Future<Output = Result<V, E>>,
+        E: Clone + Send + Sync + 'static,
+    {
+        // A hit or a miss, counted once.
+        if let Some(v) = self.get(&key) {
+            return Ok(v);
+        }
+        let hash = self.inner.hasher.hash_one(&key);
+        let mut spare = Some(key.clone());
+        let flight = loop {
+            match self.begin_load(hash, &key, &mut spare, true) {
+                Begun::Hit(v) => return Ok(v),
+                Begun::Run(flight) => break flight,
+                Begun::Wait(other) => {
+                    if let Some(r) = Self::shared(other.wait_async().await) {
+                        return r;
+                    }
+                }
+            }
+        };
+        drop(spare);
+        // Dropped with the future if it is cancelled: the load ends with no
+        // value, and a waiter takes it over.
+        let mut guard = load::FlightGuard::new(flight, self.inner.shard(hash));
+        let r = init.await;
+        self.end_load(key, ttl, r, &mut guard)
+    }
+
+    /// A loading call's look under `hash`'s write lock after a miss: the
+    /// live value (a put or a load landed since the miss), the key's flight
+    /// to wait for, or a new load of it, registered (with `spare`'s key)
+    /// for the caller to run; `task` if the caller is async.
+    fn begin_load(&self, hash: u64, key: &K, spare: &mut Option<K>, task: bool) -> Begun<K, V> {
+        let (shard, now) = self.inner.write_now(hash);
+        if let Some(f) = shard.get_from(shard.start(hash), hash, key) {
+            if f.access(now) {
+                return Begun::Hit(f.value.clone());
+            }
+        }
+        let mut shard = shard;
+        match load::find(&shard.flights, hash, key) {
+            Some(other) => Begun::Wait(other.clone()),
+            None => {
+                let key = spare.take().expect("registered once");
+                let flight = Arc::new(load::Flight::new(key, hash, load::Kind::Load, task));
+                shard.flights.push(flight.clone());
+                Begun::Run(flight)
+            }
+        }
+    }
+
+    /// What a waiter takes from a flight that ended: a load's value, or its
+    /// error if of the waiter's type; `None`: look again (and load).
+    fn shared<E: Clone + 'static>(ended: load::Ended<V>) -> Option<Result<V, E>> {
+        match ended {
+            load::Ended::Value(v) => Some(Ok(v)),
+            load::Ended::Failed(e) => e.downcast_ref::<E>().map(|e| Err(e.clone())),
+            load::Ended::Over => None,
+        }
+    }
+
+    /// The loader's side once `init` returned `r`: stores a value (unless a
+    /// write of the key came first, or `ttl` is zero) and hands it, or the
+    /// error, to the waiters.
+    fn end_load<E>(
+        &self,
+        key: K,
+        ttl: Duration,
+        r: Result<V, E>,
+        guard: &mut load::FlightGuard<'_, K, V>,
+    ) -> Result<V, E>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        match r {
+            Ok(v) => {
+                if !ttl.is_zero() {
+                    let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
+                }
+                guard.done(v.clone());
+                Ok(v)
+            }
+            Err(e) => {
+                guard.failed(crate::sync::unmodeled::Arc::new(e.clone()));
+                Err(e)
+            }
+        }
     }
 
     /// Wakes the eviction thread (if any) to plan again. After unlocking.
