@@ -133,6 +133,20 @@ impl Drop for Server {
     }
 }
 
+/// Runs `f` on a thread of its own and returns what it returns, or panics
+/// after [`PATIENCE`]: a call that would wait for ever fails the test
+/// instead of hanging it (the thread is left behind).
+pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(PATIENCE) {
+        Ok(t) => t,
+        Err(e) => panic!("{what}: no answer within {PATIENCE:?} ({e})"),
+    }
+}
+
 /// Polls `f` until it returns `Some`, or panics after [`PATIENCE`].
 pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let t0 = Instant::now();
