@@ -105,7 +105,7 @@
 //! [`Error::Connection`], every near copy is dropped (invalidations may have
 //! been missed), and calls fail fast with `Error::Connection` while the
 //! cache reconnects in the background (backoff from 10 ms up to 500 ms).
-//! While it cannot (a password changed: `WRONGPASS`), those
+//! While it cannot (a password changed: `WRONGPASS`; a TLS error), those
 //! errors say why its last attempt failed (in the message, and as the
 //! error's `source`), as does [`NearCache::last_connect_error`].
 //! Once reconnected, tracking is set up again before any near copy is
@@ -114,13 +114,16 @@
 //!
 //! # Requirements
 //!
-//! Redis 6.2 or later (RESP3 and `GETDEL`), over plain TCP
-//! (`redis://host:port/db`, with `user:password@` if needed). On Redis 7
-//! and later a miss reads with `EVAL_RO` (not held up by `CLIENT PAUSE ...
-//! WRITE`, allowed on read-only replicas); on 6.2 with `EVAL`. Tested with
-//! Redis 7.0.15 (Debian 12's package). Valkey speaks the same protocol but
-//! is not tested (Debian 12 has no package of it). Not supported yet: TLS,
-//! Unix sockets, Redis Cluster. Values much larger
+//! Redis 6.2 or later (RESP3 and `GETDEL`), over TCP
+//! (`redis://host:port/db`, with `user:password@` if needed) or TLS
+//! (`rediss://`, with the default `tls` feature: rustls, the Mozilla roots
+//! of `webpki-roots`, or a private CA with [`Builder::tls_ca_pem`];
+//! certificate checks cannot be turned off). On Redis 7 and later a miss
+//! reads with `EVAL_RO` (not held up by `CLIENT PAUSE ... WRITE`, allowed
+//! on read-only replicas); on 6.2 with `EVAL`. Tested with Redis 7.0.15
+//! (Debian 12's package), over TCP and TLS. Valkey speaks the same protocol
+//! but is not tested (Debian 12 has no package of it). Not supported yet:
+//! Unix sockets, Redis Cluster, TLS client certificates. Values much larger
 //! than what the link moves in the call timeout delay the calls and pings
 //! queued behind them.
 //!
@@ -329,6 +332,7 @@ pub struct Builder<K, V> {
     staleness: Option<Duration>,
     connect_timeout: Option<Duration>,
     call_timeout: Option<Duration>,
+    tls_ca_pem: Option<Vec<u8>>,
     publish_removals: bool,
     redis_expirations: bool,
     _types: std::marker::PhantomData<fn() -> (K, V)>,
@@ -369,7 +373,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         self
     }
 
-    /// How long connecting (TCP and handshake) may take (default
+    /// How long connecting (TCP, TLS and handshake) may take (default
     /// 1 s, not zero).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = Some(d);
@@ -387,6 +391,19 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
     /// less than this get their replies.
     pub fn call_timeout(mut self, d: Duration) -> Self {
         self.call_timeout = Some(d);
+        self
+    }
+
+    /// For `rediss://` (TLS) servers: trust the CA certificates in `pem`
+    /// (one or more `-----BEGIN CERTIFICATE-----` blocks) instead of the
+    /// bundled Mozilla roots (`webpki-roots`), for a private CA as managed
+    /// services and self-run servers often use. The server's certificate
+    /// must name the URL's host (a DNS name, or an IP address in its
+    /// `subjectAltName`). Needs the `tls` feature (on by default).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.tls_ca_pem = Some(pem.as_ref().to_vec());
         self
     }
 
@@ -424,6 +441,15 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
     /// ```
     pub fn build(self) -> Result<NearCache<K, V>, Error> {
         let mut cfg = Config::from_url(&self.url)?;
+        #[cfg(feature = "tls")]
+        if cfg.tls {
+            cfg.tls_config = Some(wire::client_config(self.tls_ca_pem.as_deref())?);
+        }
+        if !cfg.tls && self.tls_ca_pem.is_some() {
+            return Err(Error::Config(
+                "tls_ca_pem is for rediss:// (TLS) URLs".into(),
+            ));
+        }
         if let Some(p) = self.prefix {
             if p.is_empty() {
                 return Err(Error::Config("the key prefix must not be empty".into()));
@@ -519,6 +545,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             staleness: None,
             connect_timeout: None,
             call_timeout: None,
+            tls_ca_pem: None,
             publish_removals: false,
             redis_expirations: false,
             _types: std::marker::PhantomData,
@@ -673,7 +700,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     }
 
     /// While the cache is reconnecting: why its last attempt failed (a
-    /// refused connection, `WRONGPASS` after a password
+    /// refused connection, a TLS error, `WRONGPASS` after a password
     /// change...). Calls that fail for want of a connection carry it too,
     /// in their message and as their error's source.
     pub fn last_connect_error(&self) -> Option<Error> {

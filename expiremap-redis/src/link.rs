@@ -40,7 +40,8 @@
 //!   failed attempt's cause once there is one), fails every pending call,
 //!   clears the near map and ends. The supervisor joins it before it
 //!   connects again, so a new connection starts with an empty near map.
-//! * The stream's halves are in [`crate::wire`].
+//! * The stream is plain TCP or TLS ([`crate::wire`]); nothing here depends
+//!   on which.
 
 use crate::codec;
 use crate::error::Error;
@@ -89,6 +90,10 @@ pub(crate) struct Config {
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) db: i64,
+    /// `rediss://`: TLS, with this client configuration (set by `build`).
+    pub(crate) tls: bool,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_config: Option<Arc<rustls::ClientConfig>>,
     pub(crate) prefix: Vec<u8>,
     pub(crate) staleness: Duration,
     pub(crate) max_near_ttl: Duration,
@@ -105,6 +110,7 @@ impl fmt::Debug for Config {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
+            .field("tls", &self.tls)
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .finish_non_exhaustive()
     }
@@ -125,15 +131,33 @@ impl Config {
         use redis::IntoConnectionInfo;
         let bad =
             |e: &dyn fmt::Display| Error::Config(format!("bad redis URL {}: {e}", redact(url)));
-        let info = url.into_connection_info().map_err(|e| bad(&e))?;
+        // The `redis` crate parses `rediss://` only with its own TLS
+        // features (which bring its connections); ours is in `wire`.
+        let (plain, tls) = match url.split_once("://") {
+            Some(("rediss", rest)) => (format!("redis://{rest}"), true),
+            Some(("valkeys", rest)) => (format!("valkey://{rest}"), true),
+            _ => (url.to_string(), false),
+        };
+        if tls && plain.contains('#') {
+            return Err(bad(
+                &"no URL fragment is supported (certificate checks cannot be \
+                turned off with #insecure; trust a private CA with Builder::tls_ca_pem)",
+            ));
+        }
+        let info = plain.as_str().into_connection_info().map_err(|e| bad(&e))?;
         let (host, port) = match info.addr() {
             ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
             other => {
                 return Err(Error::Config(format!(
-                    "only plain TCP (redis://) is supported, not {other:?}"
+                    "only TCP (redis://) and TLS (rediss://) are supported, not {other:?}"
                 )));
             }
         };
+        if tls && !cfg!(feature = "tls") {
+            return Err(Error::Config(
+                "rediss:// needs the `tls` feature of expiremap-redis (on by default)".into(),
+            ));
+        }
         let r = info.redis_settings();
         Ok(Config {
             host,
@@ -141,6 +165,9 @@ impl Config {
             username: r.username().map(str::to_string),
             password: r.password().map(str::to_string),
             db: r.db(),
+            tls,
+            #[cfg(feature = "tls")]
+            tls_config: None,
             prefix: b"expiremap:".to_vec(),
             staleness: Duration::from_millis(500),
             max_near_ttl: Duration::from_secs(60),
@@ -775,7 +802,7 @@ fn server_major(hello: &Value) -> Option<u32> {
     })
 }
 
-/// A TCP connection to the server, with the
+/// A connection to the server (TCP, and TLS for `rediss://`), with the
 /// configured timeouts; reads time out after `connect_timeout` until
 /// [`handshake`] is done, writes after the call timeout.
 pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
@@ -804,6 +831,14 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
     stream
         .set_write_timeout(Some(cfg.call_timeout.max(cfg.connect_timeout)))
         .map_err(Error::io)?;
+    #[cfg(feature = "tls")]
+    if cfg.tls {
+        let config = cfg
+            .tls_config
+            .clone()
+            .ok_or_else(|| Error::Config("TLS without a client configuration".into()))?;
+        return wire::tls(stream, config, &cfg.host);
+    }
     wire::plain(stream)
 }
 
