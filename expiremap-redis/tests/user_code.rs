@@ -186,3 +186,56 @@ fn keys_that_do_not_round_trip_are_refused_before_any_near_copy() {
     refused(&c, Skips { id: 1, memo: 7 });
     c.put(Skips { id: 1, memo: 0 }, 1, HOUR).unwrap();
 }
+
+/// A key whose `Hash` panics for 13, but only on the cache's reader thread
+/// (where a reply's near copy is stored): any user code there, not only a
+/// `Deserialize`, may panic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct HashPanics(u32);
+
+impl std::hash::Hash for HashPanics {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let on_reader = std::thread::current().name() == Some("expiremap-redis-reader");
+        assert!(!(on_reader && self.0 == 13), "HashPanics: 13 on the reader");
+        self.0.hash(h);
+    }
+}
+
+#[test]
+fn any_panic_on_the_reader_fails_the_call_and_the_cache_reconnects() {
+    let s = Server::start();
+    let c = cache::<HashPanics, u64>(&s, "p:");
+    c.put(HashPanics(1), 1, HOUR).unwrap();
+    let mut raw = s.raw();
+    let _: () = redis::cmd("SET")
+        .arg(b"p:\x0d".as_slice())
+        .arg(b"\x07".as_slice())
+        .query(&mut raw)
+        .unwrap();
+    // The reader stores the near copy of 13, hashes it and panics: the call
+    // fails (it is not left waiting), and the cache reconnects.
+    let c2 = Arc::clone(&c);
+    let r = within("a get whose store panics on the reader", move || {
+        c2.get(&HashPanics(13))
+    });
+    assert!(r.as_ref().is_err_and(Error::is_connection), "{r:?}");
+    for i in 0..3 {
+        let c2 = Arc::clone(&c);
+        let v = within("a later get", move || {
+            let t0 = std::time::Instant::now();
+            loop {
+                // Not held near: a round trip each time.
+                match c2.get(&HashPanics(2)) {
+                    Ok(v) => break v,
+                    Err(e) if e.is_connection() && t0.elapsed() < common::PATIENCE => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    Err(e) => panic!("get {i}: {e}"),
+                }
+            }
+        });
+        assert_eq!(v, None);
+    }
+    assert!(c.connections() >= 2, "{}", c.connections());
+    assert!(c.is_connected());
+}
