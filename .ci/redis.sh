@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# expiremap-redis: its tests against a real redis-server (installed here when
-# missing), its benchmark built, its example run against a server this script
-# starts on a free loopback port and stops.
+# expiremap-redis: its tests against a real redis-server, over TCP and TLS
+# (installed here when missing, with openssl), its benchmark built, its
+# example run against a server this script starts on a free loopback port
+# and stops.
 . "$(dirname "$0")/lib.sh"
 
-if ! command -v redis-server >/dev/null; then
+# redis-server (Debian's is built with TLS) and openssl (the TLS test makes
+# a throwaway CA and server certificate with it).
+missing=""
+command -v redis-server >/dev/null || missing="$missing redis-server"
+command -v openssl >/dev/null || missing="$missing openssl"
+if [ -n "$missing" ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  step "redis install" bash -c "$sudo apt-get update && $sudo apt-get install -y redis-server"
+  step "redis install" bash -c "$sudo apt-get update && $sudo apt-get install -y$missing"
   # The package may start a system server; ours start their own.
   $sudo service redis-server stop >/dev/null 2>&1 || true
 fi

@@ -42,12 +42,12 @@ fn get(c: &mut Criterion) {
             black_box(v)
         })
     });
-    // What a miss sends (value and PTTL in one script), on a plain client:
-    // the difference to near_miss is the cost of the cache's connection
-    // thread (a hand-off to the reader and back).
+    // What a miss sends (value and PTTL in one read-only script, EVAL_RO on
+    // Redis 7), on a plain client: the difference to near_miss is the cost
+    // of the cache's connection thread (a hand-off to the reader and back).
     g.bench_function("redis_eval_get_pttl", |b| {
         b.iter(|| {
-            let v: redis::Value = redis::cmd("EVAL")
+            let v: redis::Value = redis::cmd("EVAL_RO")
                 .arg("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}")
                 .arg(1)
                 .arg(b"b:\x02".as_slice())

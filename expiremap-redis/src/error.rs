@@ -12,12 +12,17 @@ use std::sync::Arc;
 #[non_exhaustive]
 pub enum Error {
     /// The builder's settings or URL are not usable (an unsupported scheme,
-    /// a bad prefix).
+    /// a bad prefix, a zero timeout). A URL in the message has its
+    /// credentials masked.
     Config(String),
-    /// No connection to the server: it could not be reached, the connection
-    /// was lost while the call waited, or the cache is reconnecting. The near
-    /// copies were dropped; the cache reconnects on its own. A `put` or
-    /// `remove` that failed this way may or may not have reached the server.
+    /// No answer from the server: it could not be reached, the connection
+    /// was lost while the call waited (the near copies were dropped; the
+    /// cache reconnects on its own), the cache is reconnecting (the message
+    /// and the error's `source` say why its last attempt failed), or no
+    /// reply came within the call timeout (kind
+    /// [`TimedOut`](io::ErrorKind::TimedOut), see [`Error::is_timeout`]; the
+    /// connection and the near copies stay). A `put` or `remove` that
+    /// failed this way may or may not have reached the server.
     Connection(Arc<io::Error>),
     /// The server answered with an error reply (`-ERR ...`, `-NOAUTH ...`).
     Server(String),
@@ -42,6 +47,12 @@ impl Error {
     /// `true` for [`Error::Connection`]: retrying later may succeed.
     pub fn is_connection(&self) -> bool {
         matches!(self, Error::Connection(_))
+    }
+
+    /// `true` for a call that got no reply within the call timeout
+    /// ([`Builder::call_timeout`](crate::Builder::call_timeout)).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Connection(e) if e.kind() == io::ErrorKind::TimedOut)
     }
 }
 

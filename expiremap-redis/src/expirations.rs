@@ -24,6 +24,7 @@
 use crate::codec;
 use crate::error::Error;
 use crate::link::{self, Config};
+use crate::wire::ReadHalf;
 use expiremap::broadcast;
 use redis::{Parser, PushKind, Value};
 use serde::de::DeserializeOwned;
@@ -88,10 +89,10 @@ where
     /// Connects, handshakes and subscribes; with `first`, also checks that
     /// the server sends `expired` events. Makes the connection the one
     /// `close` shuts down, unless the cache is closing.
-    fn connect(&self, first: bool) -> Result<(TcpStream, Parser), Error> {
+    fn connect(&self, first: bool) -> Result<(ReadHalf, Parser), Error> {
         let cfg = &self.cfg;
-        let mut stream = link::dial(cfg)?;
-        keepalive(&stream)?;
+        let (mut stream, write) = link::dial(cfg)?;
+        keepalive(stream.tcp())?;
         let mut cmds = vec![("HELLO", link::hello(cfg))];
         if first {
             let get = redis::cmd("CONFIG")
@@ -107,9 +108,14 @@ where
         let mut parser = Parser::new();
         // CONFIG may be disabled or denied (managed servers): the setting
         // cannot be checked then, only documented.
-        let replies = link::handshake(&mut stream, &mut parser, &cmds, &["CONFIG GET"], |m| {
-            self.publish(m)
-        })?;
+        let replies = link::handshake(
+            &mut stream,
+            &write,
+            &mut parser,
+            &cmds,
+            &["CONFIG GET"],
+            |m| self.publish(m),
+        )?;
         if first {
             check_key_events(&replies[1])?;
         }
@@ -120,13 +126,13 @@ where
                 "the cache is closing",
             ));
         }
-        *slot = Some(stream.try_clone().map_err(Error::io)?);
+        *slot = Some(write.socket().map_err(Error::io)?);
         Ok((stream, parser))
     }
 
     /// The reader thread: publishes events until the connection ends, then
     /// reconnects, until the cache closes.
-    fn run(self: Arc<Self>, mut stream: TcpStream, mut parser: Parser) {
+    fn run(self: Arc<Self>, mut stream: ReadHalf, mut parser: Parser) {
         loop {
             while let Ok(v) = parser.parse_value(&mut stream) {
                 if let Value::Push {
@@ -158,7 +164,8 @@ where
     }
 
     /// An `expired` key event (`[channel, key name]`): published if the key
-    /// is one of ours. Only this channel is subscribed to.
+    /// is one of ours. Only this channel is subscribed to. A name that does
+    /// not decode (or whose `Deserialize` panics) is skipped.
     fn publish(&self, data: Vec<Value>) {
         if let [_, Value::BulkString(name)] = data.as_slice()
             && let Some(k) = codec::key_of::<K>(&self.cfg.prefix, name)

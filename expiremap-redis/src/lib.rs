@@ -61,8 +61,7 @@
 //! invalidation the server produced before it read that ping has already
 //! been applied (same connection, in order), so near copies are served only
 //! while `now <= t + S` for the latest answered ping; otherwise `get` reads
-//! from Redis. A ping unanswered for `S` closes the connection. A read from
-//! Redis is never stale. (Redis queues the broadcast invalidations of an
+//! from Redis. A read from Redis is never stale. (Redis queues the broadcast invalidations of an
 //! event-loop turn before it sends that turn's replies, so a ping sent after
 //! a write's reply reaches the server after that write's invalidation was
 //! queued on our connection.) So the bound holds however slow the network, the
@@ -73,33 +72,60 @@
 //! of the write: see `BENCHMARKS.md` for the measured delay (median and
 //! p99), far below `S`.
 //!
+//! What `S` trades: a smaller `S` gives fresher near copies and near hits
+//! that stop sooner when the server is slow to answer (reads then go to
+//! Redis, which costs a round trip each). It is not a liveness timeout: a
+//! late ping does not close the connection (see *Lost connections*).
+//!
 //! Assumptions: the server and this machine's clocks run at the same rate
 //! (Redis expires keys on its own clock), and writes under the prefix go to
 //! the same server (with replicas, a read from a replica is as stale as the
-//! replica).
+//! replica). `SWAPDB` sends no invalidation (a Redis limit): after a swap of
+//! the cache's database, near copies of the old data are served until they
+//! expire (at most [`Builder::max_near_ttl`]) or the cache reconnects; swap
+//! databases with the caches stopped, or keep the cap short.
 //!
 //! # Lost connections
 //!
-//! No call waits forever: a server that stops answering leaves its ping
-//! unanswered, and the connection is closed (failing every waiting call)
-//! at most about `1.5 × S` after it froze.
+//! No call waits forever, whatever the server or user code does: a call
+//! waits at most its call timeout ([`Builder::call_timeout`], 2 s by
+//! default) and then fails with an [`Error::Connection`] of kind
+//! `TimedOut` ([`Error::is_timeout`]); the connection and the near copies
+//! stay, and the reply, if it comes, is applied as usual. A ping that goes
+//! unanswered for the longer of `S` and the call timeout closes the
+//! connection (failing every waiting call). So a server stall shorter than
+//! that (a fork, a `DEBUG SLEEP`, a failover's `CLIENT PAUSE`) stops near
+//! hits after `S`, but keeps the connection and the near copies, and the
+//! calls made during it get their replies if they come within the call
+//! timeout. A panic of user code on the cache's reader thread (see
+//! *Codec*) never leaves a call waiting either.
 //!
 //! When the connection breaks (server killed, network gone, ping overdue):
 //! near hits stop at once, every call waiting on it fails with
 //! [`Error::Connection`], every near copy is dropped (invalidations may have
 //! been missed), and calls fail fast with `Error::Connection` while the
 //! cache reconnects in the background (backoff from 10 ms up to 500 ms).
+//! While it cannot (a password changed: `WRONGPASS`; a TLS error), those
+//! errors say why its last attempt failed (in the message, and as the
+//! error's `source`), as does [`NearCache::last_connect_error`].
 //! Once reconnected, tracking is set up again before any near copy is
 //! stored. A `put` or `remove` that failed with `Error::Connection` may or
 //! may not have reached the server.
 //!
 //! # Requirements
 //!
-//! Redis 6.2 or later (RESP3 and `GETDEL`; tested with 7.0), or Valkey, over
-//! plain TCP (`redis://host:port/db`, with `user:password@` if needed). Not
-//! supported yet: TLS, Unix sockets, Redis Cluster. Values much larger than
-//! what the link moves in `S / 4` delay the pings queued behind them and may
-//! close the connection.
+//! Redis 6.2 or later (RESP3 and `GETDEL`), over TCP
+//! (`redis://host:port/db`, with `user:password@` if needed) or TLS
+//! (`rediss://`, with the default `tls` feature: rustls, the Mozilla roots
+//! of `webpki-roots`, or a private CA with [`Builder::tls_ca_pem`];
+//! certificate checks cannot be turned off). On Redis 7 and later a miss
+//! reads with `EVAL_RO` (not held up by `CLIENT PAUSE ... WRITE`, allowed
+//! on read-only replicas); on 6.2 with `EVAL`. Tested with Redis 7.0.15
+//! (Debian 12's package), over TCP and TLS. Valkey speaks the same protocol
+//! but is not tested (Debian 12 has no package of it). Not supported yet:
+//! Unix sockets, Redis Cluster, TLS client certificates. Values much larger
+//! than what the link moves in the call timeout delay the calls and pings
+//! queued behind them.
 //!
 //! # Near copies and TTLs
 //!
@@ -121,6 +147,24 @@
 //! the value's postcard bytes. A value that does not decode (another type,
 //! trailing bytes) is an [`Error::Codec`]. (bincode, the other usual
 //! choice, is no longer maintained.)
+//!
+//! Decoding runs your `Deserialize` on bytes anyone with access to the
+//! server may have written, mostly on the cache's reader thread, so it is
+//! fenced in: a `Deserialize` that panics, or a value nested so deep that
+//! decoding it would need more than 256 KiB of stack (a recursive type and
+//! a hostile value), is an [`Error::Codec`] for the call that read it (a key
+//! name in an invalidation or an expiration event is skipped), and the
+//! cache goes on. Any other panic of user code on the reader (`Hash`,
+//! `Clone`...) closes the connection, fails the waiting calls and the cache
+//! reconnects.
+//!
+//! Keys must round-trip: an invalidation names a Redis key, and its near
+//! copy is found by decoding that name, so a key whose encoding does not
+//! decode back to an equal key could never be invalidated. Such keys (with
+//! serde's untagged or internally tagged enums, `skip_serializing_if`,
+//! `#[serde(skip)]`: postcard is not self-describing) are refused with an
+//! [`Error::Codec`] on every call, before anything is sent or kept. The
+//! check costs one decode of the key per round trip, nothing on a near hit.
 //!
 //! [postcard]: https://docs.rs/postcard
 //!
@@ -181,6 +225,7 @@ mod codec;
 mod error;
 mod expirations;
 mod link;
+mod wire;
 
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
@@ -193,8 +238,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -218,13 +263,64 @@ impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + 
 /// coherence protocol and the staleness bound.
 ///
 /// `Send + Sync`: share it between threads by reference or in an `Arc`.
-/// Dropping it closes its connections and stops its threads (two, and one
-/// more with [`Builder::redis_expirations`]).
+/// Dropping it closes its connections and stops its threads: three (the
+/// connection's reader, the supervisor that pings and reconnects, and the
+/// near map's evictor), and a fourth with [`Builder::redis_expirations`].
 pub struct NearCache<K, V> {
     shared: Arc<Shared<K, V>>,
     supervisor: Option<JoinHandle<()>>,
     /// With `redis_expirations`: its connection, thread and ring.
     expirations: Option<Arc<Expirations<K>>>,
+    /// Its entry in the process's table of prefixes in use.
+    _prefix: PrefixClaim,
+}
+
+/// The key prefixes in use in this process, by server (`host:port/db`):
+/// a cache whose prefix starts another's, or starts with it, on the same
+/// server, is refused (their keys could alias: `"a"` followed by the key
+/// bytes `b...` is `"ab"` followed by `...`). Equal prefixes are allowed:
+/// caches that share data share a prefix.
+static PREFIXES: Mutex<Vec<(String, Vec<u8>)>> = Mutex::new(Vec::new());
+
+/// A claim on a prefix in [`PREFIXES`], released on drop.
+struct PrefixClaim {
+    server: String,
+    prefix: Vec<u8>,
+}
+
+impl PrefixClaim {
+    fn take(server: String, prefix: &[u8]) -> Result<Self, Error> {
+        let mut table = PREFIXES.lock().unwrap_or_else(PoisonError::into_inner);
+        let clash = table.iter().find(|(s, p)| {
+            *s == server && p[..] != prefix[..] && (p.starts_with(prefix) || prefix.starts_with(p))
+        });
+        if let Some((_, other)) = clash {
+            return Err(Error::Config(format!(
+                "the key prefix {:?} overlaps the prefix {:?} of another cache of this process \
+                 on the same server: their keys could alias (one prefix must not start the \
+                 other)",
+                String::from_utf8_lossy(prefix),
+                String::from_utf8_lossy(other)
+            )));
+        }
+        table.push((server.clone(), prefix.to_vec()));
+        Ok(PrefixClaim {
+            server,
+            prefix: prefix.to_vec(),
+        })
+    }
+}
+
+impl Drop for PrefixClaim {
+    fn drop(&mut self) {
+        let mut table = PREFIXES.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = table
+            .iter()
+            .position(|(s, p)| *s == self.server && *p == self.prefix)
+        {
+            table.swap_remove(i);
+        }
+    }
 }
 
 /// Settings of a [`NearCache`], from [`NearCache::builder`].
@@ -235,6 +331,8 @@ pub struct Builder<K, V> {
     max_near_ttl: Option<Duration>,
     staleness: Option<Duration>,
     connect_timeout: Option<Duration>,
+    call_timeout: Option<Duration>,
+    tls_ca_pem: Option<Vec<u8>>,
     publish_removals: bool,
     redis_expirations: bool,
     _types: std::marker::PhantomData<fn() -> (K, V)>,
@@ -243,7 +341,11 @@ pub struct Builder<K, V> {
 impl<K: CacheKey, V: CacheValue> Builder<K, V> {
     /// The namespace of the cache's keys in Redis (default `"expiremap:"`).
     /// Caches that share data must use the same prefix and the same key and
-    /// value types. It must not be empty.
+    /// value types. It must not be empty, and caches of different data on
+    /// the same server must not have prefixes of which one starts the other
+    /// (`"a"` and `"ab"`): their keys could alias. `build` refuses such a
+    /// prefix where it can see the other, in a live cache of this process
+    /// on the same server (`host:port/db`); across processes it cannot.
     pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = Some(prefix.as_ref().to_vec());
         self
@@ -271,9 +373,37 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         self
     }
 
-    /// How long connecting (TCP and handshake) may take (default 1 s).
+    /// How long connecting (TCP, TLS and handshake) may take (default
+    /// 1 s, not zero).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = Some(d);
+        self
+    }
+
+    /// How long a call waits for its reply (default 2 s, not zero): then it
+    /// fails with an [`Error::Connection`] of kind
+    /// [`TimedOut`](std::io::ErrorKind::TimedOut) ([`Error::is_timeout`]),
+    /// and a write may still be applied by the server. Also how long a
+    /// ping may go unanswered, if longer than the staleness bound, before
+    /// the connection is taken for dead and closed (dropping every near
+    /// copy): a server stall shorter than both stops near hits after the
+    /// staleness bound, but keeps the connection, and the calls that wait
+    /// less than this get their replies.
+    pub fn call_timeout(mut self, d: Duration) -> Self {
+        self.call_timeout = Some(d);
+        self
+    }
+
+    /// For `rediss://` (TLS) servers: trust the CA certificates in `pem`
+    /// (one or more `-----BEGIN CERTIFICATE-----` blocks) instead of the
+    /// bundled Mozilla roots (`webpki-roots`), for a private CA as managed
+    /// services and self-run servers often use. The server's certificate
+    /// must name the URL's host (a DNS name, or an IP address in its
+    /// `subjectAltName`). Needs the `tls` feature (on by default).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.tls_ca_pem = Some(pem.as_ref().to_vec());
         self
     }
 
@@ -311,6 +441,15 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
     /// ```
     pub fn build(self) -> Result<NearCache<K, V>, Error> {
         let mut cfg = Config::from_url(&self.url)?;
+        #[cfg(feature = "tls")]
+        if cfg.tls {
+            cfg.tls_config = Some(wire::client_config(self.tls_ca_pem.as_deref())?);
+        }
+        if !cfg.tls && self.tls_ca_pem.is_some() {
+            return Err(Error::Config(
+                "tls_ca_pem is for rediss:// (TLS) URLs".into(),
+            ));
+        }
         if let Some(p) = self.prefix {
             if p.is_empty() {
                 return Err(Error::Config("the key prefix must not be empty".into()));
@@ -328,9 +467,24 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         if let Some(c) = self.max_near_ttl {
             cfg.max_near_ttl = c;
         }
-        if let Some(t) = self.connect_timeout {
-            cfg.connect_timeout = t;
+        for (name, t, slot) in [
+            (
+                "connect_timeout",
+                self.connect_timeout,
+                &mut cfg.connect_timeout,
+            ),
+            ("call_timeout", self.call_timeout, &mut cfg.call_timeout),
+        ] {
+            match t {
+                Some(t) if t.is_zero() => {
+                    return Err(Error::Config(format!("{name} must not be zero")));
+                }
+                Some(t) => *slot = t,
+                None => {}
+            }
         }
+        let claim =
+            PrefixClaim::take(format!("{}:{}/{}", cfg.host, cfg.port, cfg.db), &cfg.prefix)?;
 
         let mut near = ExpireMap::<K, V>::builder().publish_removals(self.publish_removals);
         if let Some(n) = self.max_entries {
@@ -354,6 +508,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
             shared,
             supervisor: Some(supervisor),
             expirations: None,
+            _prefix: claim,
         };
         if self.redis_expirations {
             // On an error, dropping `cache` closes its data connection.
@@ -368,7 +523,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
 impl<K, V> fmt::Debug for Builder<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
-            .field("url", &self.url)
+            .field("url", &link::redact(&self.url))
             .field("prefix", &self.prefix)
             .field("max_entries", &self.max_entries)
             .field("max_near_ttl", &self.max_near_ttl)
@@ -389,6 +544,8 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             max_near_ttl: None,
             staleness: None,
             connect_timeout: None,
+            call_timeout: None,
+            tls_ca_pem: None,
             publish_removals: false,
             redis_expirations: false,
             _types: std::marker::PhantomData,
@@ -426,6 +583,10 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
 
     /// Deletes `key` from Redis (`GETDEL`) and drops the near copy. Returns
     /// the value Redis held.
+    ///
+    /// An [`Error::Codec`] that is about decoding (`encoding == false`)
+    /// means the key *was* deleted, but the value it held did not decode as
+    /// `V` (its message says so too).
     pub fn remove(&self, key: &K) -> Result<Option<V>, Error> {
         self.shared.del(key)
     }
@@ -536,6 +697,14 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// `true` while the cache has a connection (calls may still fail on it).
     pub fn is_connected(&self) -> bool {
         self.shared.connected()
+    }
+
+    /// While the cache is reconnecting: why its last attempt failed (a
+    /// refused connection, a TLS error, `WRONGPASS` after a password
+    /// change...). Calls that fail for want of a connection carry it too,
+    /// in their message and as their error's source.
+    pub fn last_connect_error(&self) -> Option<Error> {
+        self.shared.last_error()
     }
 
     /// How many connections the cache has made, the first included: one

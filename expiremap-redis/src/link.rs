@@ -23,33 +23,49 @@
 //!   ping sent at `t` proves that every invalidation the server produced
 //!   before it read that ping has been applied, so the reader raises
 //!   `fresh_until` to `t + staleness`, and near copies are served only while
-//!   the clock is at or below it. A ping unanswered for `staleness` closes
-//!   the connection.
+//!   the clock is at or below it. Freshness is not liveness: a late ping
+//!   only stops near hits; the connection is closed when a ping has gone
+//!   unanswered for the longer of `staleness` and the call timeout, and a
+//!   caller stops waiting after the call timeout (its op stays queued, and
+//!   its reply, if it comes, is applied like any other).
+//! * User code (`Deserialize`, `Hash`, `Clone`...) runs on the reader. The
+//!   codec turns a panic or a too deep value into a codec error; any other
+//!   panic ends the reader, and its cleanup runs all the same (a drop
+//!   guard): pending calls fail, the connection closes, the supervisor
+//!   reconnects.
 //! * The server's `expired` key events (`redis_expirations`) come on a
 //!   connection of their own ([`crate::expirations`]), never on this one.
 //! * A lost connection: the reader lowers `fresh_until` to 0, takes the
-//!   connection out of `link` (new calls fail at once), fails every pending
-//!   call, clears the near map and ends. The supervisor joins it before it
+//!   connection out of `link` (new calls fail at once, with the last
+//!   failed attempt's cause once there is one), fails every pending call,
+//!   clears the near map and ends. The supervisor joins it before it
 //!   connects again, so a new connection starts with an empty near map.
+//! * The stream is plain TCP or TLS ([`crate::wire`]); nothing here depends
+//!   on which.
 
 use crate::codec;
 use crate::error::Error;
+use crate::wire::{self, ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{ConnectionAddr, Parser, PushKind, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
+use std::fmt;
 use std::hash::Hash;
-use std::io::{self, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
 /// Reads a key's value and its remaining time in one round trip, atomically.
-/// A missing key reads as `false` (GET) and `-2` (PTTL).
+/// A missing key reads as `false` (GET) and `-2` (PTTL). Sent as `EVAL_RO`
+/// where the server has it (Redis 7 and later, Valkey): a read-only script
+/// is not held up by `CLIENT PAUSE ... WRITE` (failovers use it), nor
+/// refused by a read-only replica. Plain `EVAL` on Redis 6.2.
 const FETCH: &str = "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}";
 
 /// Redis keeps deadlines in whole milliseconds of its clock, read when the
@@ -67,33 +83,81 @@ const MAX_PX_MS: u128 = 1 << 50;
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// How the cache connects, and its bounds.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) db: i64,
+    /// `rediss://`: TLS, with this client configuration (set by `build`).
+    pub(crate) tls: bool,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_config: Option<Arc<rustls::ClientConfig>>,
     pub(crate) prefix: Vec<u8>,
     pub(crate) staleness: Duration,
     pub(crate) max_near_ttl: Duration,
     pub(crate) connect_timeout: Duration,
+    /// How long a call waits for its reply; see [`Config::dead_after`].
+    pub(crate) call_timeout: Duration,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("db", &self.db)
+            .field("tls", &self.tls)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its credentials (everything between `://` and the last `@`)
+/// replaced by `***`, for messages and `Debug`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(at) = url.rfind('@') else {
+        return url.to_string();
+    };
+    let start = url.find("://").map_or(0, |i| i + 3).min(at);
+    format!("{}***{}", &url[..start], &url[at..])
 }
 
 impl Config {
     pub(crate) fn from_url(url: &str) -> Result<Self, Error> {
         use redis::IntoConnectionInfo;
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("bad redis URL {url:?}: {e}")))?;
+        let bad =
+            |e: &dyn fmt::Display| Error::Config(format!("bad redis URL {}: {e}", redact(url)));
+        // The `redis` crate parses `rediss://` only with its own TLS
+        // features (which bring its connections); ours is in `wire`.
+        let (plain, tls) = match url.split_once("://") {
+            Some(("rediss", rest)) => (format!("redis://{rest}"), true),
+            Some(("valkeys", rest)) => (format!("valkey://{rest}"), true),
+            _ => (url.to_string(), false),
+        };
+        if tls && plain.contains('#') {
+            return Err(bad(
+                &"no URL fragment is supported (certificate checks cannot be \
+                turned off with #insecure; trust a private CA with Builder::tls_ca_pem)",
+            ));
+        }
+        let info = plain.as_str().into_connection_info().map_err(|e| bad(&e))?;
         let (host, port) = match info.addr() {
             ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
             other => {
                 return Err(Error::Config(format!(
-                    "only plain TCP (redis://) is supported, not {other:?}"
+                    "only TCP (redis://) and TLS (rediss://) are supported, not {other:?}"
                 )));
             }
         };
+        if tls && !cfg!(feature = "tls") {
+            return Err(Error::Config(
+                "rediss:// needs the `tls` feature of expiremap-redis (on by default)".into(),
+            ));
+        }
         let r = info.redis_settings();
         Ok(Config {
             host,
@@ -101,15 +165,27 @@ impl Config {
             username: r.username().map(str::to_string),
             password: r.password().map(str::to_string),
             db: r.db(),
+            tls,
+            #[cfg(feature = "tls")]
+            tls_config: None,
             prefix: b"expiremap:".to_vec(),
             staleness: Duration::from_millis(500),
             max_near_ttl: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(2),
         })
     }
 
     fn ping_every(&self) -> Duration {
         self.staleness / 4
+    }
+
+    /// How long a ping may go unanswered before the connection is closed:
+    /// the longer of the staleness bound and the call timeout. A shorter
+    /// stall costs near hits (after `staleness`) and calls that time out,
+    /// never the connection nor the near copies.
+    fn dead_after(&self) -> Duration {
+        self.staleness.max(self.call_timeout)
     }
 }
 
@@ -157,7 +233,7 @@ impl<K, V> Op<K, V> {
 
 /// The live connection: its write half and the calls waiting on it.
 struct Conn<K, V> {
-    stream: TcpStream,
+    stream: WriteHalf,
     pending: VecDeque<Op<K, V>>,
     /// When the ping in flight was sent.
     ping_sent: Option<u64>,
@@ -176,17 +252,44 @@ pub(crate) struct Shared<K, V> {
     supervisor: OnceLock<Thread>,
     /// Connections made so far (the first included).
     pub(crate) connects: AtomicU64,
+    /// Why the last attempt to reconnect failed, while the cache is down.
+    last_error: Mutex<Option<Error>>,
+    /// The server has `EVAL_RO` (read at each connection, from `HELLO`).
+    eval_ro: AtomicBool,
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn down() -> Error {
-    Error::connection(
+/// Why a call finds no connection: the cache is reconnecting, and, once an
+/// attempt has failed, why it failed (the error's `source`).
+#[derive(Debug)]
+struct Reconnecting(Option<Error>);
+
+impl fmt::Display for Reconnecting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => write!(f, "not connected (the cache is reconnecting)"),
+            Some(e) => write!(
+                f,
+                "not connected (the cache is reconnecting; the last attempt failed: {e})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Reconnecting {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.as_ref().map(|e| e as _)
+    }
+}
+
+fn down(cause: Option<Error>) -> Error {
+    Error::Connection(Arc::new(io::Error::new(
         io::ErrorKind::NotConnected,
-        "not connected (the cache is reconnecting)",
-    )
+        Reconnecting(cause),
+    )))
 }
 
 fn lost() -> Error {
@@ -197,11 +300,14 @@ fn lost() -> Error {
 }
 
 /// A handshaken connection: the stream, its parser (which may already hold
-/// bytes past the handshake's replies) and when tracking was asked for.
+/// bytes past the handshake's replies), when tracking was asked for, and
+/// whether the server has `EVAL_RO`.
 pub(crate) struct Fresh {
-    stream: TcpStream,
+    read: ReadHalf,
+    write: WriteHalf,
     parser: Parser,
     tracking_sent: u64,
+    eval_ro: bool,
 }
 
 impl<K, V> Shared<K, V>
@@ -219,7 +325,22 @@ where
             closing: AtomicBool::new(false),
             supervisor: OnceLock::new(),
             connects: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            eval_ro: AtomicBool::new(false),
         }
+    }
+
+    /// The error of a call that finds no connection.
+    fn down(&self) -> Error {
+        down(lock(&self.last_error).clone())
+    }
+
+    /// Why the last attempt to connect failed, while the cache is down.
+    pub(crate) fn last_error(&self) -> Option<Error> {
+        if self.connected() {
+            return None;
+        }
+        lock(&self.last_error).clone()
     }
 
     /// `true` while near copies may be served: the last answered ping was
@@ -236,7 +357,9 @@ where
     // ---- calls ----
 
     /// Writes `cmd`, queues the op `make` builds (given the send time and
-    /// the reply channel), and waits for the reply.
+    /// the reply channel), and waits for the reply, at most the call
+    /// timeout. A call that times out leaves its op queued: the reply, if
+    /// it comes, is applied (and its near copy stored) as any other.
     fn call<T>(
         &self,
         cmd: &[u8],
@@ -245,23 +368,42 @@ where
         let (tx, rx) = mpsc::sync_channel(1);
         {
             let mut link = self.link();
-            let conn = link.as_mut().ok_or_else(down)?;
+            let Some(conn) = link.as_mut() else {
+                drop(link);
+                return Err(self.down());
+            };
             let sent = self.clock.now();
             conn.pending.push_back(make(sent, tx));
-            if conn.stream.write_all(cmd).is_err() {
+            if conn.stream.send(cmd).is_err() {
                 // The reader sees the shutdown and fails every pending op,
                 // this one included.
-                let _ = conn.stream.shutdown(Shutdown::Both);
+                conn.stream.shutdown();
             }
         }
-        rx.recv().unwrap_or_else(|_| Err(lost()))
+        let timeout = self.cfg.call_timeout;
+        match rx.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Disconnected) => Err(lost()),
+            Err(RecvTimeoutError::Timeout) => Err(Error::connection(
+                io::ErrorKind::TimedOut,
+                &format!(
+                    "no reply within the call timeout ({timeout:?}); a write may still be \
+                     applied by the server"
+                ),
+            )),
+        }
     }
 
     /// The value of `key` in Redis (value and remaining TTL in one script),
     /// leaving a near copy.
     pub(crate) fn fetch(&self, key: &K) -> Result<Option<V>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
-        let cmd = redis::cmd("EVAL")
+        let eval = if self.eval_ro.load(Ordering::Relaxed) {
+            "EVAL_RO"
+        } else {
+            "EVAL"
+        };
+        let cmd = redis::cmd(eval)
             .arg(FETCH)
             .arg(1)
             .arg(name)
@@ -380,7 +522,10 @@ where
                 self.near.remove(&key);
                 let r = match reply {
                     Value::Nil => Ok(None),
-                    Value::BulkString(b) => codec::decode_value(&b).map(Some).map_err(Error::from),
+                    Value::BulkString(b) => codec::decode_value(&b).map(Some).map_err(|mut e| {
+                        e.message.push_str(" (the key was deleted all the same)");
+                        Error::from(e)
+                    }),
                     other => Err(Error::Protocol(format!("GETDEL answered {other:?}"))),
                 };
                 let _ = tx.send(r);
@@ -431,8 +576,9 @@ where
     }
 
     /// The reader thread: applies replies and pushes until the connection
-    /// ends, then cleans up.
-    fn read_loop(self: Arc<Self>, mut stream: TcpStream, mut parser: Parser) {
+    /// ends, then cleans up (also if it ends in a panic of user code).
+    fn read_loop(self: Arc<Self>, mut stream: ReadHalf, mut parser: Parser) {
+        let _cleanup = OnDrop(|| self.reader_ended());
         loop {
             let value = match parser.parse_value(&mut stream) {
                 Ok(v) => v,
@@ -462,10 +608,14 @@ where
                 }
             }
         }
+    }
+
+    /// After the reader's last message: the connection is lost.
+    fn reader_ended(&self) {
         self.fresh_until.store(0, Ordering::Release);
         let conn = self.link().take();
         if let Some(conn) = conn {
-            let _ = conn.stream.shutdown(Shutdown::Both);
+            conn.stream.shutdown();
             for op in conn.pending {
                 op.fail(lost());
             }
@@ -483,7 +633,7 @@ where
     /// Connects and handshakes: RESP3, credentials, database, tracking.
     pub(crate) fn connect(&self) -> Result<Fresh, Error> {
         let cfg = &self.cfg;
-        let mut stream = dial(cfg)?;
+        let (mut read, write) = dial(cfg)?;
         let mut cmds = vec![("HELLO", hello(cfg))];
         if cfg.db != 0 {
             cmds.push(("SELECT", redis::cmd("SELECT").arg(cfg.db).clone()));
@@ -502,20 +652,23 @@ where
         let tracking_sent = self.clock.now();
         let mut parser = Parser::new();
         // Tracking is on only once its reply is in: no push comes before.
-        handshake(&mut stream, &mut parser, &cmds, &[], |_| {})?;
+        let replies = handshake(&mut read, &write, &mut parser, &cmds, &[], |_| {})?;
         Ok(Fresh {
-            stream,
+            read,
+            write,
             parser,
             tracking_sent,
+            eval_ro: server_major(&replies[0]).is_some_and(|v| v >= 7),
         })
     }
 
     /// Makes `fresh` the live connection and starts its reader.
     fn install(self: &Arc<Self>, fresh: Fresh) -> Result<JoinHandle<()>, Error> {
-        let write = fresh.stream.try_clone().map_err(Error::io)?;
         let now = self.clock.now();
+        self.eval_ro.store(fresh.eval_ro, Ordering::Relaxed);
+        *lock(&self.last_error) = None;
         *self.link() = Some(Conn {
-            stream: write,
+            stream: fresh.write,
             pending: VecDeque::new(),
             ping_sent: None,
             last_ping: now,
@@ -530,7 +683,7 @@ where
         let me = Arc::clone(self);
         let spawned = thread::Builder::new()
             .name("expiremap-redis-reader".into())
-            .spawn(move || me.read_loop(fresh.stream, fresh.parser));
+            .spawn(move || me.read_loop(fresh.read, fresh.parser));
         match spawned {
             Ok(h) => Ok(h),
             Err(e) => {
@@ -542,22 +695,22 @@ where
     }
 
     /// Sends a ping when one is due; closes a connection whose ping went
-    /// unanswered for the staleness bound.
+    /// unanswered for [`Config::dead_after`].
     fn heartbeat(&self) {
         let now = self.clock.now();
         let mut link = self.link();
         let Some(conn) = link.as_mut() else { return };
         match conn.ping_sent {
-            Some(sent) if now.saturating_sub(sent) > nanos(self.cfg.staleness) => {
-                let _ = conn.stream.shutdown(Shutdown::Both);
+            Some(sent) if now.saturating_sub(sent) > nanos(self.cfg.dead_after()) => {
+                conn.stream.shutdown();
             }
             Some(_) => {}
             None if now.saturating_sub(conn.last_ping) >= nanos(self.cfg.ping_every()) => {
                 conn.pending.push_back(Op::Ping { sent: now });
                 conn.ping_sent = Some(now);
                 conn.last_ping = now;
-                if conn.stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
-                    let _ = conn.stream.shutdown(Shutdown::Both);
+                if conn.stream.send(b"*1\r\n$4\r\nPING\r\n").is_err() {
+                    conn.stream.shutdown();
                 }
             }
             None => {}
@@ -583,14 +736,15 @@ where
                     reader = Some(h);
                     backoff = Duration::from_millis(10);
                 }
-                Err(_) => {
+                Err(e) => {
+                    *lock(&self.last_error) = Some(e);
                     thread::park_timeout(backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }
         if let Some(conn) = self.link().as_ref() {
-            let _ = conn.stream.shutdown(Shutdown::Both);
+            conn.stream.shutdown();
         }
         if let Some(h) = reader.take() {
             let _ = h.join();
@@ -607,7 +761,7 @@ impl<K, V> Shared<K, V> {
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);
         if let Some(conn) = self.link().as_ref() {
-            let _ = conn.stream.shutdown(Shutdown::Both);
+            conn.stream.shutdown();
         }
         if let Some(t) = self.supervisor.get() {
             t.unpark();
@@ -615,13 +769,50 @@ impl<K, V> Shared<K, V> {
     }
 }
 
-/// A TCP connection to the server, with the configured timeouts; reads time
-/// out after `connect_timeout` until [`handshake`] is done.
-pub(crate) fn dial(cfg: &Config) -> Result<TcpStream, Error> {
+/// Runs its closure when dropped: the reader's cleanup runs however the
+/// reader ends, also in a panic of user code, so that the pending calls
+/// fail and the supervisor reconnects instead of leaving them waiting.
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The major version in a `HELLO` reply (`version` => `"7.0.15"`).
+fn server_major(hello: &Value) -> Option<u32> {
+    let Value::Map(pairs) = hello else {
+        return None;
+    };
+    pairs.iter().find_map(|(k, v)| {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        if text(k)? != "version" {
+            return None;
+        }
+        text(v)?.split('.').next()?.parse().ok()
+    })
+}
+
+/// A connection to the server (TCP, and TLS for `rediss://`), with the
+/// configured timeouts; reads time out after `connect_timeout` until
+/// [`handshake`] is done, writes after the call timeout.
+pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
     let addrs = (cfg.host.as_str(), cfg.port)
         .to_socket_addrs()
         .map_err(Error::io)?;
-    let mut last = down();
+    let mut last = Error::connection(
+        io::ErrorKind::NotFound,
+        &format!("{} resolves to no address", cfg.host),
+    );
     let mut stream = None;
     for a in addrs {
         match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
@@ -638,9 +829,17 @@ pub(crate) fn dial(cfg: &Config) -> Result<TcpStream, Error> {
         .set_read_timeout(Some(cfg.connect_timeout))
         .map_err(Error::io)?;
     stream
-        .set_write_timeout(Some(cfg.staleness.max(cfg.connect_timeout)))
+        .set_write_timeout(Some(cfg.call_timeout.max(cfg.connect_timeout)))
         .map_err(Error::io)?;
-    Ok(stream)
+    #[cfg(feature = "tls")]
+    if cfg.tls {
+        let config = cfg
+            .tls_config
+            .clone()
+            .ok_or_else(|| Error::Config("TLS without a client configuration".into()))?;
+        return wire::tls(stream, config, &cfg.host);
+    }
+    wire::plain(stream)
 }
 
 /// `HELLO 3`, with the credentials if any.
@@ -662,7 +861,8 @@ pub(crate) fn hello(cfg: &Config) -> redis::Cmd {
 /// [`Error::Server`] naming its command, unless the command is named in
 /// `may_fail` (then its error reply is returned like any other).
 pub(crate) fn handshake(
-    stream: &mut TcpStream,
+    read: &mut ReadHalf,
+    write: &WriteHalf,
     parser: &mut Parser,
     cmds: &[(&'static str, redis::Cmd)],
     may_fail: &[&str],
@@ -672,12 +872,12 @@ pub(crate) fn handshake(
     for (_, c) in cmds {
         c.write_packed_command(&mut bytes);
     }
-    stream.write_all(&bytes).map_err(Error::io)?;
+    write.send(&bytes).map_err(Error::io)?;
     let mut replies = Vec::with_capacity(cmds.len());
     for (name, _) in cmds {
         let reply = loop {
             let v = parser
-                .parse_value(&mut *stream)
+                .parse_value(&mut *read)
                 .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
             match v {
                 Value::Push {
@@ -694,6 +894,6 @@ pub(crate) fn handshake(
             reply => replies.push(reply),
         }
     }
-    stream.set_read_timeout(None).map_err(Error::io)?;
+    read.tcp().set_read_timeout(None).map_err(Error::io)?;
     Ok(replies)
 }

@@ -269,3 +269,82 @@ fn password_and_database_from_the_url() {
     let r = NearCache::<String, u64>::builder(none).build();
     assert!(matches!(r, Err(Error::Server(_))), "{r:?}");
 }
+
+#[test]
+fn secrets_stay_out_of_debug_and_errors_and_zero_timeouts_are_config_errors() {
+    let b = NearCache::<String, u64>::builder("redis://user:hunter2@127.0.0.1:1/0");
+    let shown = format!("{b:?}");
+    assert!(
+        !shown.contains("hunter2") && shown.contains("127.0.0.1"),
+        "{shown}"
+    );
+    let e = NearCache::<String, u64>::builder("redis://user:hunter2@127.0.0.1:notaport")
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    assert!(!format!("{e:?}").contains("hunter2"), "{e:?}");
+
+    let s = Server::start();
+    let r = NearCache::<String, u64>::builder(s.url())
+        .connect_timeout(Duration::ZERO)
+        .build();
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+    let r = NearCache::<String, u64>::builder(s.url())
+        .call_timeout(Duration::ZERO)
+        .build();
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+}
+
+#[test]
+fn remove_of_an_undecodable_value_says_the_key_was_deleted() {
+    let s = Server::start();
+    let c: NearCache<String, u64> = NearCache::builder(s.url())
+        .staleness_bound(HOUR)
+        .prefix("d:")
+        .build()
+        .unwrap();
+    let mut raw = s.raw();
+    let _: () = redis::cmd("SET")
+        .arg(b"d:\x01g".as_slice())
+        .arg(b"\xff\xff\xff".as_slice())
+        .query(&mut raw)
+        .unwrap();
+    match c.remove(&"g".to_string()) {
+        Err(Error::Codec(e)) => {
+            assert!(!e.encoding && e.message.contains("deleted"), "{e}")
+        }
+        other => panic!("expected a codec error, got {other:?}"),
+    }
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(b"d:\x01g".as_slice())
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn overlapping_prefixes_on_one_server_are_refused() {
+    let s = Server::start();
+    let other = Server::start();
+    let build = |s: &Server, p: &str| {
+        NearCache::<String, u64>::builder(s.url())
+            .staleness_bound(HOUR)
+            .prefix(p)
+            .build()
+    };
+    let a = build(&s, "a").unwrap();
+    // "a" + postcard of a 98-byte string (length byte b'b') is "ab" + ...
+    for p in ["ab", "abc"] {
+        match build(&s, p) {
+            Err(Error::Config(m)) => assert!(m.contains("overlaps"), "{m}"),
+            other => panic!("{p}: expected a config error, got {other:?}"),
+        }
+    }
+    let a2 = build(&s, "a").unwrap(); // the same prefix: the same data
+    let _b = build(&other, "ab").unwrap(); // another server
+    let _c = build(&s, "b").unwrap();
+    drop((a, a2));
+    let _ab = build(&s, "ab").unwrap(); // "a" is gone
+    assert!(matches!(build(&s, "a"), Err(Error::Config(_))));
+}

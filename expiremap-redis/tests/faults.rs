@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::{Server, eventually};
+use common::{Server, eventually, within};
 use expiremap_redis::{Error, NearCache};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -134,4 +135,164 @@ fn killed_connections_miss_no_write_made_while_they_were_down() {
         let v = eventually("a read after reconnecting", || c.get(&k).ok());
         assert_eq!(v, Some(2));
     }
+}
+
+#[test]
+fn a_write_pause_does_not_hold_up_reads() {
+    // CLIENT PAUSE ... WRITE (failovers use it) holds up writes, not reads:
+    // a miss's fetch must be a read-only script, answered during the pause,
+    // not a plain EVAL that waits it out (and makes the pings behind it
+    // late). The pause outlasts PATIENCE: a fetch that waited it out fails
+    // the test.
+    let s = Server::start();
+    let c = Arc::new(
+        NearCache::<String, u64>::builder(s.url())
+            .prefix("w:")
+            .staleness_bound(HOUR)
+            .call_timeout(HOUR)
+            .build()
+            .unwrap(),
+    );
+    c.put("k".into(), 1, HOUR).unwrap();
+    let mut raw = s.raw();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(120_000)
+        .arg("WRITE")
+        .query(&mut raw)
+        .unwrap();
+    let other: NearCache<String, u64> = NearCache::builder(s.url())
+        .prefix("w:")
+        .staleness_bound(HOUR)
+        .build()
+        .unwrap();
+    let c2 = Arc::clone(&c);
+    let missing = within("a miss during a write pause", move || {
+        c2.get(&"missing".to_string())
+    });
+    assert_eq!(missing.unwrap(), None);
+    assert_eq!(other.get(&"k".to_string()).unwrap(), Some(1)); // a miss that finds a value
+    assert_eq!(other.peek_near(&"k".to_string()), Some(1));
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut raw).unwrap();
+    assert_eq!(c.connections(), 1);
+}
+
+#[test]
+fn calls_say_why_the_cache_cannot_reconnect() {
+    // A password rotation: the cache's connection is dropped and its
+    // attempts to reconnect with the old password fail. Calls must say so
+    // (WRONGPASS), not only "reconnecting".
+    let s = Server::start_with(&["--requirepass", "old"]);
+    let url = |pw: &str| format!("redis://:{pw}@127.0.0.1:{}", s.port);
+    let c: NearCache<String, u64> = NearCache::builder(url("old"))
+        .prefix("r:")
+        .staleness_bound(HOUR)
+        .build()
+        .unwrap();
+    c.put("k".into(), 1, HOUR).unwrap();
+    assert!(c.last_connect_error().is_none());
+    let mut raw = redis::Client::open(url("old"))
+        .and_then(|cl| cl.get_connection())
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("new")
+        .query(&mut raw)
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut raw)
+        .unwrap();
+    let e = eventually("a call that names WRONGPASS", || {
+        c.get(&"k".to_string())
+            .err()
+            .filter(|e| e.to_string().contains("WRONGPASS"))
+    });
+    assert!(e.is_connection(), "{e}");
+    // The cause is the error's source, too.
+    let io = std::error::Error::source(&e).expect("an io::Error");
+    assert!(std::error::Error::source(io).is_some(), "{e}");
+    match c.last_connect_error() {
+        Some(Error::Server(m)) => assert!(m.contains("WRONGPASS"), "{m}"),
+        other => panic!("expected the server's refusal, got {other:?}"),
+    }
+    // The password is put back: the cache recovers on its own.
+    let mut raw = redis::Client::open(url("new"))
+        .and_then(|cl| cl.get_connection())
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("old")
+        .query(&mut raw)
+        .unwrap();
+    let v = eventually("recovery", || c.get(&"k".to_string()).ok());
+    assert_eq!(v, Some(1));
+    assert!(c.last_connect_error().is_none());
+}
+
+#[test]
+fn a_call_on_a_frozen_server_times_out_and_the_connection_stays() {
+    // The staleness bound (an hour) says nothing of how long a call may
+    // wait: the call timeout does.
+    let s = Server::start();
+    let c = Arc::new(
+        NearCache::<String, u64>::builder(s.url())
+            .prefix("z:")
+            .staleness_bound(HOUR)
+            .call_timeout(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    c.put("k".into(), 1, HOUR).unwrap();
+    s.signal("-STOP");
+    let c2 = Arc::clone(&c);
+    let r = within("a call on a frozen server", move || {
+        c2.get(&"missing".to_string())
+    });
+    s.signal("-CONT");
+    let e = r.unwrap_err();
+    assert!(e.is_timeout() && e.is_connection(), "{e}");
+    // A timed-out call costs neither the connection nor the near copies.
+    let v = eventually("answers again", || c.get(&"missing".to_string()).ok());
+    assert_eq!(v, None);
+    assert_eq!(c.peek_near(&"k".to_string()), Some(1));
+    assert_eq!(c.connections(), 1);
+}
+
+#[test]
+fn a_stall_longer_than_the_bound_stops_near_hits_but_keeps_the_connection() {
+    // The server stalls for 1 s, ten times the staleness bound: near hits
+    // stop (the bound), but a call made during the stall gets its reply
+    // when the server wakes (it is within its call timeout), and the
+    // connection and the near copies survive.
+    let s = Server::start();
+    let c = Arc::new(
+        NearCache::<String, u64>::builder(s.url())
+            .prefix("y:")
+            .staleness_bound(Duration::from_millis(100))
+            .call_timeout(common::PATIENCE * 2)
+            .build()
+            .unwrap(),
+    );
+    c.put("k".into(), 1, HOUR).unwrap();
+    c.put("j".into(), 2, HOUR).unwrap();
+    s.signal("-STOP");
+    eventually("near hits stop", || {
+        c.peek_near(&"k".to_string()).is_none().then_some(())
+    });
+    let c2 = Arc::clone(&c);
+    let during = std::thread::spawn(move || c2.get(&"j".to_string()));
+    std::thread::sleep(Duration::from_secs(1));
+    s.signal("-CONT");
+    assert_eq!(during.join().unwrap().unwrap(), Some(2));
+    eventually("near hits again", || {
+        (c.peek_near(&"k".to_string()) == Some(1)).then_some(())
+    });
+    assert_eq!(c.connections(), 1);
 }

@@ -17,6 +17,9 @@ pub struct Server {
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// With [`Server::start_tls`]: the PEM of the CA that signed the
+    /// server's certificate (the server listens for TLS only).
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 fn binary() -> String {
@@ -38,6 +41,13 @@ impl Server {
 
     /// A server with extra command-line settings (`["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> Server {
+        let mut s = Server::prepare(extra);
+        s.spawn();
+        s
+    }
+
+    /// A port and a directory, no process yet.
+    fn prepare(extra: &[&str]) -> Server {
         static N: AtomicU32 = AtomicU32::new(0);
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -49,12 +59,101 @@ impl Server {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let mut s = Server {
+        Server {
             child: None,
             port,
             dir,
             extra: extra.iter().map(|a| a.to_string()).collect(),
+            ca_pem: None,
+        }
+    }
+
+    /// A server that speaks TLS only (`--port 0 --tls-port P`), with a
+    /// throwaway CA and server certificate (for `127.0.0.1` and
+    /// `localhost`) made here with the `openssl` command; clients are not
+    /// asked for certificates.
+    pub fn start_tls() -> Server {
+        let mut s = Server::prepare(&[]);
+        let dir = s.dir.clone();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("the openssl command (apt-get install openssl)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=expiremap-redis test CA",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("write san.ext");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+        s.extra = vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            s.port.to_string(),
+            "--tls-cert-file".into(),
+            path("server.crt"),
+            "--tls-key-file".into(),
+            path("server.key"),
+            "--tls-ca-cert-file".into(),
+            path("ca.crt"),
+            "--tls-auth-clients".into(),
+            "no".into(),
+            "--notify-keyspace-events".into(),
+            "Ex".into(),
+        ];
+        s.ca_pem = Some(std::fs::read(dir.join("ca.crt")).expect("read ca.crt"));
         s.spawn();
         s
     }
@@ -81,7 +180,12 @@ impl Server {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.ca_pem.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// A plain client of our own, as another program would use Redis.
@@ -130,6 +234,20 @@ impl Drop for Server {
         }
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `f` on a thread of its own and returns what it returns, or panics
+/// after [`PATIENCE`]: a call that would wait for ever fails the test
+/// instead of hanging it (the thread is left behind).
+pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(PATIENCE) {
+        Ok(t) => t,
+        Err(e) => panic!("{what}: no answer within {PATIENCE:?} ({e})"),
     }
 }
 

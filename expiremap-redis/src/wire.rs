@@ -1,0 +1,234 @@
+//! The byte stream of a connection, plain TCP or TLS, split in a read half
+//! (the one thread that reads the connection) and a write half (callers,
+//! under the cache's `link` lock).
+//!
+//! With TLS (`rediss://`, the `tls` feature), both halves share the rustls
+//! state under a mutex, but nobody blocks on the socket while holding it:
+//! the read half reads ciphertext from the socket unlocked, then takes the
+//! lock only to decrypt it (and to send what the TLS layer itself must
+//! answer); the write half takes it to encrypt and send a command. So a
+//! reader waiting for the server never holds up a caller's write, as with
+//! plain TCP, where the halves are two handles of one socket.
+
+use crate::error::Error;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+#[cfg(feature = "tls")]
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The TLS state of a connection, shared by its halves.
+#[cfg(feature = "tls")]
+type Tls = Arc<Mutex<rustls::ClientConnection>>;
+
+/// The read half.
+pub(crate) struct ReadHalf {
+    tcp: TcpStream,
+    #[cfg(feature = "tls")]
+    tls: Option<TlsRead>,
+}
+
+/// The read half's TLS side: the state, and plaintext decrypted but not
+/// yet handed out.
+#[cfg(feature = "tls")]
+struct TlsRead {
+    conn: Tls,
+    plain: Vec<u8>,
+    at: usize,
+    raw: Box<[u8]>,
+}
+
+/// The write half.
+pub(crate) struct WriteHalf {
+    tcp: TcpStream,
+    #[cfg(feature = "tls")]
+    tls: Option<Tls>,
+}
+
+/// Splits a plain TCP connection.
+pub(crate) fn plain(tcp: TcpStream) -> Result<(ReadHalf, WriteHalf), Error> {
+    let write = tcp.try_clone().map_err(Error::io)?;
+    Ok((
+        ReadHalf {
+            tcp,
+            #[cfg(feature = "tls")]
+            tls: None,
+        },
+        WriteHalf {
+            tcp: write,
+            #[cfg(feature = "tls")]
+            tls: None,
+        },
+    ))
+}
+
+/// Runs the TLS handshake on `tcp` (whose read timeout bounds it) and
+/// splits the connection.
+#[cfg(feature = "tls")]
+pub(crate) fn tls(
+    mut tcp: TcpStream,
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+) -> Result<(ReadHalf, WriteHalf), Error> {
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| Error::Config(format!("TLS: {host:?} is not a server name: {e}")))?;
+    let mut conn = rustls::ClientConnection::new(config, name)
+        .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &format!("TLS: {e}")))?;
+    // Commands are encrypted as they come: no limit on what is buffered
+    // (the write half flushes it all before it returns).
+    conn.set_buffer_limit(None);
+    while conn.is_handshaking() {
+        match conn.complete_io(&mut tcp) {
+            Ok((0, 0)) => {
+                return Err(Error::connection(
+                    io::ErrorKind::UnexpectedEof,
+                    "TLS handshake: the server closed the connection",
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Error::connection(e.kind(), &format!("TLS handshake: {e}")));
+            }
+        }
+    }
+    let write = tcp.try_clone().map_err(Error::io)?;
+    let conn = Arc::new(Mutex::new(conn));
+    Ok((
+        ReadHalf {
+            tcp,
+            tls: Some(TlsRead {
+                conn: Arc::clone(&conn),
+                plain: Vec::new(),
+                at: 0,
+                raw: vec![0; 32 * 1024].into_boxed_slice(),
+            }),
+        },
+        WriteHalf {
+            tcp: write,
+            tls: Some(conn),
+        },
+    ))
+}
+
+impl ReadHalf {
+    /// The socket, for timeouts and shutdowns.
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+}
+
+impl WriteHalf {
+    /// Sends `bytes` whole (blocking up to the socket's write timeout).
+    pub(crate) fn send(&self, bytes: &[u8]) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let mut conn = tls.lock().unwrap_or_else(PoisonError::into_inner);
+            conn.writer().write_all(bytes)?;
+            while conn.wants_write() {
+                conn.write_tls(&mut &self.tcp)?;
+            }
+            return Ok(());
+        }
+        (&self.tcp).write_all(bytes)
+    }
+
+    /// Closes both directions: the read half sees the end.
+    pub(crate) fn shutdown(&self) {
+        let _ = self.tcp.shutdown(Shutdown::Both);
+    }
+
+    /// Another handle of the socket, to shut it down from elsewhere.
+    pub(crate) fn socket(&self) -> io::Result<TcpStream> {
+        self.tcp.try_clone()
+    }
+}
+
+impl Read for ReadHalf {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &mut self.tls {
+            return tls.read(&self.tcp, buf);
+        }
+        self.tcp.read(buf)
+    }
+}
+
+#[cfg(feature = "tls")]
+impl TlsRead {
+    fn read(&mut self, tcp: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.at < self.plain.len() {
+                let n = buf.len().min(self.plain.len() - self.at);
+                buf[..n].copy_from_slice(&self.plain[self.at..self.at + n]);
+                self.at += n;
+                return Ok(n);
+            }
+            self.plain.clear();
+            self.at = 0;
+            // Unlocked: the write half may send meanwhile.
+            let n = (&mut &*tcp).read(&mut self.raw)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut ciphertext = &self.raw[..n];
+            let mut closed = false;
+            while !ciphertext.is_empty() {
+                if conn.read_tls(&mut ciphertext)? == 0 {
+                    break;
+                }
+                let state = conn
+                    .process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                let k = state.plaintext_bytes_to_read();
+                if k > 0 {
+                    let from = self.plain.len();
+                    self.plain.resize(from + k, 0);
+                    conn.reader().read_exact(&mut self.plain[from..])?;
+                }
+                closed |= state.peer_has_closed();
+            }
+            // What the TLS layer answers on its own (key updates, alerts).
+            while conn.wants_write() {
+                conn.write_tls(&mut &*tcp)?;
+            }
+            if closed && self.plain.is_empty() {
+                return Ok(0);
+            }
+        }
+    }
+}
+
+/// The client configuration of `rediss://` connections: the roots to trust
+/// (the PEM certificates given, else the Mozilla roots of `webpki-roots`),
+/// TLS 1.2 and 1.3, no client certificate.
+#[cfg(feature = "tls")]
+pub(crate) fn client_config(ca_pem: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, Error> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| {
+                    Error::Config(format!("tls_ca_pem: not a PEM certificate: {e}"))
+                })?;
+                roots
+                    .add(cert)
+                    .map_err(|e| Error::Config(format!("tls_ca_pem: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(Error::Config(
+                    "tls_ca_pem: no CERTIFICATE block in the PEM".into(),
+                ));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
