@@ -611,15 +611,19 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     }
 
     /// [`get_or_insert_with`](Self::get_or_insert_with) with an `init` that
-    /// may fail: its error goes to its caller, nothing is stored, and one of
-    /// the waiting callers runs its own `init`. Errors of the cache itself
+    /// may fail: nothing is stored, and its error goes to its caller and to
+    /// the callers waiting for it (a clone each; see
+    /// [`ExpireMap::try_get_or_insert_with`]). Errors of the cache itself
     /// are turned into `E` with `From<Error>`.
-    pub fn try_get_or_insert_with<E: From<Error>>(
+    pub fn try_get_or_insert_with<E>(
         &self,
         key: K,
         ttl: Duration,
         init: impl FnOnce() -> Result<V, E>,
-    ) -> Result<V, E> {
+    ) -> Result<V, E>
+    where
+        E: From<Error> + Clone + Send + Sync + 'static,
+    {
         if let Some(v) = self.get(&key)? {
             return Ok(v);
         }

@@ -153,7 +153,7 @@ fn get_or_insert_with_loads_once_per_key() {
     assert_eq!(v, 42);
 
     // A failing init: its error, nothing stored, the next caller loads.
-    #[derive(Debug, PartialEq)]
+    #[derive(Clone, Debug, PartialEq)]
     enum MyError {
         Backend,
         Cache(String),
