@@ -168,3 +168,78 @@ fn a_future_dropped_while_another_goes_to_sleep() {
         assert_eq!(block_on(a.recv_async()), Ok(1), "nothing lost");
     });
 }
+
+/// A one-shard map on a manual clock with a fixed hasher, for the async
+/// loading models.
+fn loading_map() -> Arc<expiremap::ExpireMap<u32, u32, Fixed>> {
+    Arc::new(
+        expiremap::ExpireMap::builder()
+            .hasher(Fixed::default())
+            .clock(expiremap::ManualClock::new())
+            .shards(1)
+            .background_eviction(false)
+            .build(),
+    )
+}
+
+/// A hasher that is the same in every execution of a model.
+type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// An async loader is polled once (its `init` pending for ever) and then
+/// dropped (cancelled) while another thread's async caller of the same key
+/// waits or arrives: that caller must load itself (it is woken by the
+/// cancellation, or finds the key free), and its value is stored. A lost
+/// wake-up is a deadlock in `block_on`.
+#[test]
+fn a_cancelled_async_loader_hands_over_to_a_waiter() {
+    model(|| {
+        let map = loading_map();
+        let other = {
+            let map = map.clone();
+            thread::spawn(move || block_on(map.get_or_insert_with_async(1, HOUR, async { 2 })))
+        };
+        {
+            let (flag, waker) = flag();
+            let mut load = pin!(map.get_or_insert_with_async(1, HOUR, std::future::pending()));
+            let first = load.as_mut().poll(&mut Context::from_waker(&waker));
+            // Loading (pending for ever), or waiting for the other's load.
+            if first.is_ready() {
+                assert_eq!(first, Poll::Ready(2));
+            } else if flag.0.load(SeqCst) {
+                // Woken: the other's load ended; the next poll has its value.
+                assert_eq!(load.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(2));
+            }
+            // Dropped here: a load of ours, if any, is cancelled.
+        }
+        assert_eq!(other.join().unwrap(), 2);
+        assert_eq!(map.get(&1), Some(2));
+    });
+}
+
+/// A blocking loader completes while an async caller registers its waker:
+/// the async caller is woken (or sees the value at once), and gets the
+/// loaded value; `init` runs once.
+#[test]
+fn a_waker_registered_as_the_load_completes_is_woken() {
+    model(|| {
+        let map = loading_map();
+        let inits = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let loader = {
+            let (map, inits) = (map.clone(), inits.clone());
+            thread::spawn(move || {
+                map.get_or_insert_with(1, HOUR, || {
+                    inits.fetch_add(1, SeqCst);
+                    5
+                })
+            })
+        };
+        let v = block_on(map.get_or_insert_with_async(1, HOUR, async {
+            inits.fetch_add(1, SeqCst);
+            5
+        }));
+        assert_eq!((v, loader.join().unwrap()), (5, 5));
+        assert_eq!(inits.load(SeqCst), 1);
+    });
+}
