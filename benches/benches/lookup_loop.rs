@@ -102,6 +102,7 @@ fn adds() -> u64 {
 /// # instructions per get = (total of cg.2000000 - total of cg.1000000) / 10^6
 /// ```
 fn count_gets(gets: u64) {
+    use std::future::Future;
     const KEYS: u64 = 100_000;
     // LOOKUP_LOOP_IDLE: a map with `time_to_idle`; LOOKUP_LOOP_STATS: one
     // with `record_stats`; LOOKUP_LOOP_LOAD: the gets are
@@ -120,6 +121,9 @@ fn count_gets(gets: u64) {
     // LOOKUP_LOOP_PUT: the operations are `put`s overwriting held keys (a
     // put's cost without table growth).
     let put = std::env::var_os("LOOKUP_LOOP_PUT").is_some();
+    // LOOKUP_LOOP_ASYNC: the gets are `get_or_insert_with_async` hits, each
+    // future polled once with a no-op waker (what an executor does).
+    let async_hit = std::env::var_os("LOOKUP_LOOP_ASYNC").is_some();
     for i in 0..KEYS {
         em.put(mix64(i), i, TTL);
     }
@@ -128,6 +132,15 @@ fn count_gets(gets: u64) {
         for _ in 0..gets {
             let k = mix64(rng.next_u64() % KEYS);
             black_box(em.get_or_insert_with(k, TTL, || unreachable!()));
+        }
+        return;
+    }
+    if async_hit {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        for _ in 0..gets {
+            let k = mix64(rng.next_u64() % KEYS);
+            let f = std::pin::pin!(em.get_or_insert_with_async(k, TTL, async { unreachable!() }));
+            black_box(f.poll(&mut cx));
         }
         return;
     }
