@@ -209,7 +209,10 @@ fn a_cancelled_async_loader_hands_over_to_a_waiter() {
                 assert_eq!(first, Poll::Ready(2));
             } else if flag.0.load(SeqCst) {
                 // Woken: the other's load ended; the next poll has its value.
-                assert_eq!(load.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(2));
+                assert_eq!(
+                    load.as_mut().poll(&mut Context::from_waker(&waker)),
+                    Poll::Ready(2)
+                );
             }
             // Dropped here: a load of ours, if any, is cancelled.
         }

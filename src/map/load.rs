@@ -16,6 +16,17 @@
 //!   flight when dropped, however `init` ends (a value, an error, a panic):
 //!   it unregisters it under the write lock, then records the outcome and
 //!   wakes every waiter. So a waiter that wakes finds the key free.
+//! * **Waiting** is parking on the flight's condition variable for a
+//!   blocking caller, or, for an async caller, a waker registered in the
+//!   flight's state under its mutex (the guard takes the wakers out and
+//!   wakes them after setting the outcome under the same mutex, so a
+//!   waker registered as the flight ends is either woken or sees the end).
+//!   Blocking and async callers of one key share one flight. An async
+//!   loader's guard lives in its future: dropping the future (cancelling
+//!   it) ends the flight with no value, and a waiter loads next.
+//! * **Outcomes**: a value (waiters take a clone), an error (waiters whose
+//!   call returns the same error type take a clone; the others load), or
+//!   nothing (a panic, a cancellation, an update: waiters look again).
 //! * **Loads** lose to writes: every write of a key (`put`, `remove`,
 //!   `put_if_absent`, `replace`, `expire`, `retain`'s removal; every key
 //!   for `clear`) marks a load of that key as *touched* under the write
@@ -34,12 +45,12 @@
 //!   threads, instead of parking for ever.
 
 use super::shard::Shard;
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
 use std::any::Any;
+use std::borrow::Borrow;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
-use std::borrow::Borrow;
 
 /// What a flight is doing for its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
