@@ -54,8 +54,11 @@ fn moka() -> Lookup {
     })
 }
 
-/// One run: (queries, wall, p99), or `None` if it did not finish in 60 s.
-fn run(rt: &tokio::runtime::Runtime, lookup: Lookup) -> Option<(u64, Duration, Duration)> {
+/// One run's queries, wall time and p99 lookup latency.
+type Outcome = (u64, Duration, Duration);
+
+/// One run, or `None` if it did not finish in 60 s.
+fn run(rt: &tokio::runtime::Runtime, lookup: Lookup) -> Option<Outcome> {
     let queries = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let work = {
@@ -131,7 +134,8 @@ fn main() {
                 .build()
         }
         .expect("runtime");
-        let mut rows: Vec<(&str, Vec<(u64, Duration, Duration)>, usize)> = Vec::new();
+        // Per library: the runs' outcomes, and how many hung.
+        let mut rows: Vec<(&str, Vec<Outcome>, usize)> = Vec::new();
         for name in ["expiremap", "moka"] {
             rows.push((name, Vec::new(), 0));
         }
