@@ -29,6 +29,15 @@ pub(crate) fn clone_pair<K: Clone, V: Clone>(k: &K, v: &V) -> Result<(K, V), (K,
     }
 }
 
+/// After a lock is released: drops what a panicking clone had made under
+/// it, then resumes that panic (nothing, if no clone panicked).
+pub(crate) fn resume_after_unlock<K>(unwound: Option<(K, Panic)>) {
+    if let Some((made, panic)) = unwound {
+        drop(made);
+        resume_unwind(panic);
+    }
+}
+
 /// The first panic of several pieces of work that must all run, whatever
 /// user code does in any of them.
 #[derive(Default)]

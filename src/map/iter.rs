@@ -30,7 +30,7 @@
 use super::load;
 use super::shard::Removed;
 use super::{ExpireMap, Time};
-use crate::unwind::{Panic, Panics, clone_pair};
+use crate::unwind::{Panic, Panics, clone_pair, resume_after_unlock};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::iter::FusedIterator;
@@ -93,26 +93,14 @@ impl<'a, K, V, S, T> Walk<'a, K, V, S, T> {
             // declared before the guard), and the span (still `from`) is
             // read whole by the next call.
             let mut batch = std::mem::take(&mut self.batch);
-            let mut unwound = None;
             let take = self.take;
-            let next = {
+            let (next, unwound) = {
                 let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
                 let end = *self.end.get_or_insert_with(|| guard.slab_len());
-                guard.visit(self.from, SPAN, end, now, |_, k, v| match take(k, v) {
-                    Ok(item) => {
-                        batch.push(item);
-                        true
-                    }
-                    Err(e) => {
-                        unwound = Some(e);
-                        false
-                    }
-                })
+                let span = (self.from, SPAN, end, now);
+                guard.clone_span(span, |_, k, v| take(k, v), &mut batch)
             };
-            if let Some((key, panic)) = unwound {
-                drop(key);
-                std::panic::resume_unwind(panic);
-            }
+            resume_after_unlock(unwound);
             batch.reverse();
             self.batch = batch;
             match next {
@@ -343,26 +331,15 @@ where
             let mut from = Some(0);
             while let Some(at) = from {
                 let mut watch = Watch { lock, place: None };
-                let mut unwound = None;
+                let unwound;
                 {
                     let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
                     let end = *end.get_or_insert_with(|| guard.slab_len());
                     watch.place = Some(guard.changes.watch());
-                    from = guard.visit(at, SPAN, end, now, |i, k, v| match clone_pair(k, v) {
-                        Ok((k, v)) => {
-                            batch.push((i, k, v));
-                            true
-                        }
-                        Err(e) => {
-                            unwound = Some(e);
-                            false
-                        }
-                    });
+                    let take = |i, k: &K, v: &V| clone_pair(k, v).map(|(k, v)| (i, k, v));
+                    (from, unwound) = guard.clone_span((at, SPAN, end, now), take, &mut batch);
                 }
-                if let Some((key, panic)) = unwound {
-                    drop(key);
-                    std::panic::resume_unwind(panic);
-                }
+                resume_after_unlock(unwound);
                 self.retain_span(&mut watch, &mut batch, &mut f);
             }
         }

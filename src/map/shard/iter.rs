@@ -23,6 +23,7 @@
 
 use super::{Door, Removed, Shard, VACANT};
 use crate::sync::Ordering;
+use crate::unwind::Panic;
 
 impl<K, V> Shard<K, V> {
     /// The last instant at which node `index`'s entry is visible. The node
@@ -93,6 +94,31 @@ impl<K, V> Shard<K, V> {
             }
         }
         (stop < end).then_some(stop)
+    }
+
+    /// [`visit`](Self::visit) that clones each live entry with `take` into
+    /// `batch`, stopping at the first clone that panics: that panic comes
+    /// back, with what the clone had made already (a key), for the caller
+    /// to drop and resume once it has released its lock
+    /// ([`crate::unwind::resume_after_unlock`]).
+    pub(crate) fn clone_span<T>(
+        &self,
+        (from, span, end, now): (u32, u32, u32, u64),
+        mut take: impl FnMut(u32, &K, &V) -> Result<T, (K, Panic)>,
+        batch: &mut Vec<T>,
+    ) -> (Option<u32>, Option<(K, Panic)>) {
+        let mut unwound = None;
+        let next = self.visit(from, span, end, now, |i, k, v| match take(i, k, v) {
+            Ok(item) => {
+                batch.push(item);
+                true
+            }
+            Err(e) => {
+                unwound = Some(e);
+                false
+            }
+        });
+        (next, unwound)
     }
 
     /// Takes the entry in node `index` out of the shard if the node still
