@@ -1,7 +1,7 @@
 //! Eviction lateness on the real clock, and the idle map's wake-ups.
 //!
 //! ```text
-//! cargo run --release --example lateness [-- --entries 100000 --spread-ms 1000]
+//! cargo run --release --example lateness [-- --entries 100000 --spread-ms 1000 --shards N]
 //! ```
 //!
 //! Puts N entries with TTLs spread uniformly over the spread, receives every
@@ -15,15 +15,17 @@ use std::time::Duration;
 fn main() {
     let mut entries = 100_000u64;
     let mut spread_ms = 1_000u64;
+    let mut shards = None;
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let v = pair.get(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-            eprintln!("usage: lateness [--entries N] [--spread-ms MS]");
+            eprintln!("usage: lateness [--entries N] [--spread-ms MS] [--shards N]");
             std::process::exit(2)
         });
         match pair[0].as_str() {
             "--entries" => entries = v,
             "--spread-ms" => spread_ms = v,
+            "--shards" => shards = Some(v as usize),
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2)
@@ -32,10 +34,17 @@ fn main() {
     }
 
     let clock = SystemClock::new();
-    let map = ExpireMap::<u64, u64>::builder()
+    let mut builder = ExpireMap::<u64, u64>::builder()
         .clock(clock)
-        .event_capacity(1 << 17)
-        .build();
+        .event_capacity(
+            (entries as usize)
+                .next_power_of_two()
+                .clamp(1 << 17, 1 << 20),
+        );
+    if let Some(n) = shards {
+        builder = builder.shards(n);
+    }
+    let map = builder.build();
     let mut sub = map.subscribe().expect("subscribe");
     let receiver = std::thread::spawn(move || {
         let mut late = Vec::with_capacity(entries as usize);
@@ -59,8 +68,11 @@ fn main() {
     late.sort_unstable();
     let pct = |p: f64| late[((late.len() - 1) as f64 * p) as usize] as f64 / 1e6;
     println!(
-        "lateness over {} entries, TTLs spread over {} ms (interval 4 ms, precision 1 ms):",
-        entries, spread_ms
+        "lateness over {} entries, TTLs spread over {} ms, {} shards (interval 4 ms, \
+         precision 1 ms):",
+        entries,
+        spread_ms,
+        shards.map_or_else(|| "default".to_string(), |n| n.to_string())
     );
     println!(
         "  p50 {:.3} ms   p99 {:.3} ms   max {:.3} ms   (target p99 <= 7 ms)",

@@ -390,11 +390,13 @@ fn a_successful_load_hands_its_value_to_the_waiter() {
     });
 }
 
-/// The loader's `init` fails while another caller waits: the error reaches
-/// only its own caller, nothing is stored for it, and the waiter is woken
-/// and loads its own value, which is stored.
+/// The loader's `init` fails while another caller waits: nothing is
+/// stored for it, and the error reaches its caller and the waiter (same
+/// error type: it shares the error instead of running `init` again). A
+/// caller of another error type waits too, then loads its own value. Each
+/// outcome is one of those, whatever the interleaving.
 #[test]
-fn a_failing_load_hands_over_to_the_waiter() {
+fn a_failing_load_is_shared_with_the_waiter() {
     model(|| {
         let map = loading_map();
         let first = {
@@ -405,10 +407,31 @@ fn a_failing_load_hands_over_to_the_waiter() {
         };
         let second = map.try_get_or_insert_with(1, Duration::from_secs(3600), || Ok::<_, &str>(20));
         let first = first.join().unwrap();
-        assert_eq!(second, Ok(20));
-        // The first caller failed, or came after the second's load and hit.
-        assert!(first == Err("down") || first == Ok(20), "{first:?}");
-        assert_eq!(map.get(&1), Some(20));
+        match second {
+            // The second waited for the failing load: both have its error,
+            // nothing stored.
+            Err(e) => {
+                assert_eq!((e, first), ("down", Err("down")));
+                assert_eq!(map.get(&1), None);
+            }
+            // The second loaded (first, or after the failure ended): the
+            // first failed, or waited for that load and took its value.
+            Ok(v) => {
+                assert_eq!(v, 20);
+                assert!(first == Err("down") || first == Ok(20), "{first:?}");
+                assert_eq!(map.get(&1), Some(20));
+            }
+        }
+        // A waiter of another error type never takes the error: it loads.
+        let third = {
+            let map = map.clone();
+            thread::spawn(move || {
+                map.try_get_or_insert_with(2, Duration::from_secs(3600), || Err::<u32, _>("down"))
+            })
+        };
+        let fourth = map.try_get_or_insert_with(2, Duration::from_secs(3600), || Ok::<_, u8>(4));
+        assert_eq!(fourth, Ok(4));
+        assert!(matches!(third.join().unwrap(), Err("down") | Ok(4)));
     });
 }
 
