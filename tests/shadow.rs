@@ -953,7 +953,8 @@ fn conservation(bound: Option<u64>, loads: bool, idle: Option<Duration>, bombs: 
                             my_loads.push(id);
                             Ok(Tracked::with_bomb(id, &live, bombs && id % 3 == 0))
                         });
-                        assert!(r.is_ok() || fail, "only a failing init fails");
+                        // An error comes from a failing init: this call's,
+                        // or the one of the load it waited for (shared).
                         drop_quietly(r);
                         continue;
                     }
