@@ -8,15 +8,17 @@
 //!    then reads each shard's next wake-up under its read lock and sets
 //!    `target = max(earliest wake-up, last pass + interval)` (or never, for an
 //!    empty map). Under the state mutex it stores `planned = target`.
-//! 2. **Wait** on the condvar until `now >= target`, a kick, or shutdown. A
-//!    kick leads back to *plan* (no pass); reaching `target` leads to *pass*.
+//! 2. **Wait** on the condvar until `now >= target` or shutdown. A kick
+//!    carries the time its entry becomes evictable and brings `target`
+//!    forward to it (not before `last pass + interval`), publishing the new
+//!    `planned`; reaching `target` leads to *pass*.
 //!    With a virtual clock it waits without a timeout: the clock's `advance`
 //!    notifies it.
 //! 3. **Pass.** Evicts everything due, shard by shard, in bounded batches
 //!    that release the shard lock between them.
 //!
 //! A writer whose new eviction time is earlier than `planned` kicks the
-//! thread (sets `kicked` under the mutex and notifies). It reads `planned`
+//! thread (lowers `kicked` to that time under the mutex and notifies). It reads `planned`
 //! *inside* the shard's write lock. So either the thread's plan-time read of
 //! that shard comes after the write (and sees the entry), or the writer's read
 //! of `planned` comes after the plan's store of `NONE_PLANNED` (lock order
@@ -37,7 +39,9 @@ pub(crate) const NONE_PLANNED: u64 = u64::MAX;
 #[derive(Debug, Default)]
 struct State {
     shutdown: bool,
-    kicked: bool,
+    /// The earliest eviction time writers kicked for since the thread last
+    /// looked.
+    kicked: Option<u64>,
 }
 
 /// Shared between the map, its thread and the clock's waker.
@@ -60,8 +64,6 @@ pub(crate) struct Signal {
 pub(crate) enum Wake {
     /// The planned time was reached: make a pass.
     Due,
-    /// A writer brought a deadline earlier: plan again.
-    Kicked,
     /// The map is shutting down.
     Shutdown,
 }
@@ -90,10 +92,12 @@ impl Signal {
         evict_at < planned || planned == NONE_PLANNED
     }
 
-    /// Wakes the thread to plan again. Called after the shard lock is released.
-    pub(crate) fn kick(&self) {
+    /// Wakes the thread for an entry evictable at `at`, earlier than its
+    /// plan: the thread brings its target forward to it (no new plan).
+    /// Called after the shard lock is released.
+    pub(crate) fn kick(&self, at: u64) {
         let mut st = self.state.lock();
-        st.kicked = true;
+        st.kicked = Some(st.kicked.map_or(at, |k| k.min(at)));
         self.cv.notify_one();
     }
 
@@ -121,9 +125,19 @@ impl Signal {
     }
 
     /// Step 2: publishes `target` (`None`: nothing planned) and waits for
-    /// it, a kick or shutdown. `now` reads the clock; `real_time` says
-    /// whether timed waits are real.
-    pub(crate) fn wait(&self, target: Option<u64>, real_time: bool, now: impl Fn() -> u64) -> Wake {
+    /// it or shutdown. A kick brings the target forward to the kicked time
+    /// (never before `floor`, the end of the least interval after the last
+    /// pass) and publishes it, without a new plan: a plan reads every
+    /// shard, and with many shards a plan redone on every kick could starve
+    /// the passes while writers keep kicking. `now` reads the clock;
+    /// `real_time` says whether timed waits are real.
+    pub(crate) fn wait(
+        &self,
+        mut target: Option<u64>,
+        floor: u64,
+        real_time: bool,
+        now: impl Fn() -> u64,
+    ) -> Wake {
         let mut st = self.state.lock();
         self.planned
             .store(target.unwrap_or(NONE_PLANNED), Ordering::SeqCst);
@@ -131,9 +145,11 @@ impl Signal {
             if st.shutdown {
                 return Wake::Shutdown;
             }
-            if st.kicked {
-                st.kicked = false;
-                return Wake::Kicked;
+            if let Some(at) = st.kicked.take() {
+                let at = at.max(floor);
+                let earlier = target.map_or(at, |t| t.min(at));
+                target = Some(earlier);
+                self.planned.store(earlier, Ordering::SeqCst);
             }
             match target {
                 Some(target) => {

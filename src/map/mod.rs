@@ -575,8 +575,10 @@ where
                 _ => now.saturating_add(nanos(ttl)),
             };
             let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
-            let kick = matches!(outcome, PutOutcome::Refused).not()
-                && inner.needs_kick(&shard, inner.timer_of(deadline, now));
+            let kick = matches!(outcome, PutOutcome::Refused)
+                .not()
+                .then(|| inner.needs_kick(&shard, inner.timer_of(deadline, now)))
+                .flatten();
             break (outcome, kick, now);
         };
         self.kick_if(kick);
@@ -893,7 +895,7 @@ where
             let timer = shard.touch(hash, key, deadline, now, cond);
             break (
                 timer.is_some(),
-                timer.is_some_and(|t| inner.needs_kick(&shard, t)),
+                timer.and_then(|t| inner.needs_kick(&shard, t)),
             );
         };
         self.kick_if(kick);
@@ -1465,9 +1467,9 @@ where
 
     /// Wakes the eviction thread (if any) to plan again. After unlocking.
     #[inline]
-    fn kick_if(&self, kick: bool) {
-        if kick && self.evictor.is_some() {
-            self.inner.signal.kick();
+    fn kick_if(&self, kick: Option<u64>) {
+        if let (Some(at), Some(_)) = (kick, &self.evictor) {
+            self.inner.signal.kick(at);
         }
     }
 
@@ -1662,12 +1664,13 @@ where
     }
 
     /// Called under the shard's write lock after a deadline was set: does the
-    /// eviction thread need a kick? (See the protocol in `evictor`.)
+    /// eviction thread need a kick, and for when? (See the protocol in
+    /// `evictor`.)
     #[inline]
-    fn needs_kick(&self, shard: &Shard<K, V>, deadline: u64) -> bool {
+    fn needs_kick(&self, shard: &Shard<K, V>, deadline: u64) -> Option<u64> {
         shard
             .evictable_at(deadline)
-            .is_some_and(|at| self.signal.needs_kick(at))
+            .filter(|&at| self.signal.needs_kick(at))
     }
 
     /// Hands a value that left by `old.door` to that door: returns it
@@ -1871,13 +1874,10 @@ where
         let mut last_pass: Option<u64> = None;
         loop {
             signal.begin_plan();
-            let target = self.next_wakeup().map(|t| match last_pass {
-                Some(last) => t.max(last.saturating_add(self.config.interval)),
-                None => t,
-            });
-            match signal.wait(target, real_time, || self.clock.now()) {
+            let floor = last_pass.map_or(0, |last| last.saturating_add(self.config.interval));
+            let target = self.next_wakeup().map(|t| t.max(floor));
+            match signal.wait(target, floor, real_time, || self.clock.now()) {
                 Wake::Shutdown => return,
-                Wake::Kicked => continue,
                 Wake::Due => {}
             }
             // When the pass starts: each batch reads the time again under
