@@ -1,4 +1,11 @@
-//! The background eviction thread and how others wake it.
+//! The background eviction thread: its loop and passes (`run_evictor`,
+//! `evict_all`, on [`Inner`]), and how others wake it ([`Signal`]).
+//!
+//! The room's rules: the loop takes shard locks only inside a pass (one
+//! bounded batch per hold) and to read a shard's next wake-up when it
+//! plans; it runs no user code under a lock; evicted values are published
+//! or dropped outside every lock, and a panic in their `Drop` never cuts a
+//! pass short (the loop catches it and retries at once).
 //!
 //! # Protocol
 //!
@@ -18,14 +25,19 @@
 //!    that release the shard lock between them.
 //!
 //! A writer whose new eviction time is earlier than `planned` kicks the
-//! thread (lowers `kicked` to that time under the mutex and notifies). It reads `planned`
-//! *inside* the shard's write lock. So either the thread's plan-time read of
+//! thread (lowers `kicked` to that time under the mutex and notifies). It
+//! reads `planned` *inside* the shard's write lock. So either the thread's plan-time read of
 //! that shard comes after the write (and sees the entry), or the writer's read
 //! of `planned` comes after the plan's store of `NONE_PLANNED` (lock order
 //! makes it so) and sees `NONE_PLANNED` or the new target: no wake-up is lost.
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
-use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+use super::shard::Removed;
+use super::{Cause, EVICT_BATCH, Event, Inner, Time};
+use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+use crate::unwind::Panics;
+use std::hash::{BuildHasher, Hash};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 /// `planned` while the thread is (re)planning or has nothing planned: every
@@ -166,6 +178,110 @@ impl Signal {
                 None => self.cv.wait(&mut st),
             }
             self.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The eviction loop and the passes it makes: what the thread does between
+/// its waits on [`Signal`], and what [`evict_expired`] runs on the calling
+/// thread.
+///
+/// [`evict_expired`]: super::ExpireMap::evict_expired
+impl<K, V, S> Inner<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// Evicts everything due when each batch takes its shard's lock.
+    /// Returns how many entries left.
+    ///
+    /// Each batch reads the time under the lock it evicts under, and the
+    /// shard never evicts at a time below one it has already reached (see
+    /// [`Shard::evict`]): two callers at once, or a caller that waited long
+    /// for a lock, can only evict entries past their deadline, and each
+    /// event's removal time is at least its deadline + 1 ns.
+    pub(super) fn evict_all(&self) -> usize {
+        let mut total = 0;
+        let mut batch = Vec::with_capacity(EVICT_BATCH);
+        let mut panics = Panics::new();
+        for shard in self.shards.iter() {
+            loop {
+                let (more, now) = {
+                    let (mut guard, (), now) =
+                        self.clock.around(|| shard.write(), |_| (), Time::now);
+                    guard.evict(now, EVICT_BATCH, &mut batch)
+                };
+                total += batch.len();
+                self.evicted
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                self.release(&mut batch, now, &mut panics);
+                if !more {
+                    break;
+                }
+            }
+        }
+        panics.resume();
+        total
+    }
+
+    /// Publishes or drops a batch of evicted entries, outside every lock;
+    /// a panicking `Drop` is kept in `panics`, and the batch still leaves
+    /// whole.
+    fn release(&self, batch: &mut Vec<Removed<K, V>>, now: u64, panics: &mut Panics) {
+        // Every evicted deadline is below `now` (see `Shard::evict`).
+        let Some(late) = batch.iter().map(|r| now - r.deadline).max() else {
+            return;
+        };
+        self.max_lateness.fetch_max(late, Ordering::Relaxed);
+        match self.events.live_sender() {
+            // One wake-up of parked subscribers per batch, not per event.
+            Some(s) => {
+                let events = batch
+                    .drain(..)
+                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now));
+                panics.run(|| s.send_batch(events));
+            }
+            None => panics.drop_each(batch.drain(..)),
+        }
+    }
+
+    /// Earliest shard wake-up, in clock ns.
+    pub(super) fn next_wakeup(&self) -> Option<u64> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.read().next_wakeup())
+            .min()
+    }
+
+    /// The eviction thread's loop. User panics (from `Drop` of evicted values
+    /// or from event delivery) are caught: a pass that panicked is retried
+    /// at once, with nothing lost (entries leave their shard only inside
+    /// `evict`, which runs no user code).
+    pub(super) fn run_evictor(&self) {
+        let signal = &*self.signal;
+        let real_time = self.clock.clock().is_real_time() && sync::TIMED_WAITS;
+        let mut last_pass: Option<u64> = None;
+        loop {
+            signal.begin_plan();
+            let floor = last_pass.map_or(0, |last| last.saturating_add(self.config.interval));
+            let target = self.next_wakeup().map(|t| t.max(floor));
+            match signal.wait(target, floor, real_time, || self.clock.now()) {
+                Wake::Shutdown => return,
+                Wake::Due => {}
+            }
+            // When the pass starts: each batch reads the time again under
+            // its lock, never earlier than this.
+            let now = self.clock.now();
+            // A pass cut short by a panicking user `Drop` left due entries
+            // behind: it does not count, so the next plan retries at once.
+            if catch_unwind(AssertUnwindSafe(|| self.evict_all())).is_ok() {
+                last_pass = Some(now);
+            }
+            signal.passes.fetch_add(1, Ordering::Relaxed);
+            if signal.is_stopping() {
+                return;
+            }
         }
     }
 }

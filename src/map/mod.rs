@@ -19,8 +19,8 @@
 //!   under its write lock (`load`: one flight per key, waits that never
 //!   close a cycle).
 //! * The eviction thread and the shards meet only through
-//!   [`Signal`](evictor::Signal) (see its module for the wake-up protocol) and
-//!   the shard locks.
+//!   [`Signal`](evictor::Signal) and the shard locks; its loop and passes
+//!   live in `evictor`, with the wake-up protocol.
 //! * Events are built only when someone is subscribed; an unsubscribed map
 //!   never allocates the event ring.
 
@@ -135,14 +135,14 @@ use crate::clock::{Clock, SystemClock};
 use crate::sync::{self, Arc, AtomicBool, AtomicU64, CachePadded, Ordering, RwLock};
 use crate::unwind::Panics;
 use builder::{Config, Weigher};
-use evictor::{Signal, Wake};
+use evictor::Signal;
 use shard::{Door, PutOutcome, Removed, Shard};
 use std::borrow::Borrow;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Not;
-use std::panic::{AssertUnwindSafe, catch_unwind};
+
 use std::time::Duration;
 
 /// Entries evicted per shard-lock hold, so eviction never blocks readers and
@@ -1801,98 +1801,6 @@ where
         // A write of every key: loads in flight lose to it.
         guard.flights.iter().for_each(|f| f.touch());
         (guard.take_all(now), now)
-    }
-
-    /// Evicts everything due when each batch takes its shard's lock.
-    /// Returns how many entries left.
-    ///
-    /// Each batch reads the time under the lock it evicts under, and the
-    /// shard never evicts at a time below one it has already reached (see
-    /// [`Shard::evict`]): two callers at once, or a caller that waited long
-    /// for a lock, can only evict entries past their deadline, and each
-    /// event's removal time is at least its deadline + 1 ns.
-    fn evict_all(&self) -> usize {
-        let mut total = 0;
-        let mut batch = Vec::with_capacity(EVICT_BATCH);
-        let mut panics = Panics::new();
-        for shard in self.shards.iter() {
-            loop {
-                let (more, now) = {
-                    let (mut guard, (), now) =
-                        self.clock.around(|| shard.write(), |_| (), Time::now);
-                    guard.evict(now, EVICT_BATCH, &mut batch)
-                };
-                total += batch.len();
-                self.evicted
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                self.release(&mut batch, now, &mut panics);
-                if !more {
-                    break;
-                }
-            }
-        }
-        panics.resume();
-        total
-    }
-
-    /// Publishes or drops a batch of evicted entries, outside every lock;
-    /// a panicking `Drop` is kept in `panics`, and the batch still leaves
-    /// whole.
-    fn release(&self, batch: &mut Vec<Removed<K, V>>, now: u64, panics: &mut Panics) {
-        // Every evicted deadline is below `now` (see `Shard::evict`).
-        let Some(late) = batch.iter().map(|r| now - r.deadline).max() else {
-            return;
-        };
-        self.max_lateness.fetch_max(late, Ordering::Relaxed);
-        match self.events.live_sender() {
-            // One wake-up of parked subscribers per batch, not per event.
-            Some(s) => {
-                let events = batch
-                    .drain(..)
-                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now));
-                panics.run(|| s.send_batch(events));
-            }
-            None => panics.drop_each(batch.drain(..)),
-        }
-    }
-
-    /// Earliest shard wake-up, in clock ns.
-    fn next_wakeup(&self) -> Option<u64> {
-        self.shards
-            .iter()
-            .filter_map(|s| s.read().next_wakeup())
-            .min()
-    }
-
-    /// The eviction thread's loop. User panics (from `Drop` of evicted values
-    /// or from event delivery) are caught: a pass that panicked is retried
-    /// at once, with nothing lost (entries leave their shard only inside
-    /// `evict`, which runs no user code).
-    fn run_evictor(&self) {
-        let signal = &*self.signal;
-        let real_time = self.clock.clock().is_real_time() && sync::TIMED_WAITS;
-        let mut last_pass: Option<u64> = None;
-        loop {
-            signal.begin_plan();
-            let floor = last_pass.map_or(0, |last| last.saturating_add(self.config.interval));
-            let target = self.next_wakeup().map(|t| t.max(floor));
-            match signal.wait(target, floor, real_time, || self.clock.now()) {
-                Wake::Shutdown => return,
-                Wake::Due => {}
-            }
-            // When the pass starts: each batch reads the time again under
-            // its lock, never earlier than this.
-            let now = self.clock.now();
-            // A pass cut short by a panicking user `Drop` left due entries
-            // behind: it does not count, so the next plan retries at once.
-            if catch_unwind(AssertUnwindSafe(|| self.evict_all())).is_ok() {
-                last_pass = Some(now);
-            }
-            signal.passes.fetch_add(1, Ordering::Relaxed);
-            if signal.is_stopping() {
-                return;
-            }
-        }
     }
 }
 
