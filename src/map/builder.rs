@@ -546,6 +546,7 @@ impl<K, V, S> fmt::Debug for Builder<K, V, S> {
             .field("max_weight", &self.max_weight)
             .field("weigher", &self.weigher.is_some())
             .field("time_to_idle", &self.idle)
+            .field("time_to_live", &self.time_to_live)
             .field("record_stats", &self.record_stats)
             .finish_non_exhaustive()
     }
