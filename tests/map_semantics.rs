@@ -678,3 +678,27 @@ fn stats_from_many_threads_add_up() {
     assert_eq!(s.hits + s.misses, 40_000);
     assert_eq!(s.hits, 20_000, "{s:?}");
 }
+
+/// `next_expiry` on a map holding only entries that never expire:
+/// centuries away (the timer index's own work near the end of the clock's
+/// range, where it moves those entries); driving the clock by it evicts
+/// nothing and ends after a few rounds.
+#[test]
+fn next_expiry_with_only_saturated_entries_is_centuries_away() {
+    let (map, clock) = manual::<u32, u32>();
+    assert_eq!(map.next_expiry(), None, "empty");
+    for k in 0..8 {
+        map.put(k, k, Duration::MAX);
+    }
+    let century = Duration::from_secs(100 * 365 * 86_400);
+    assert!(map.next_expiry().expect("index work at the end") > century);
+    let mut rounds = 0;
+    while let Some(d) = map.next_expiry() {
+        clock.advance(d);
+        assert_eq!(map.evict_expired(), 0);
+        rounds += 1;
+        assert!(rounds < 100, "the loop ends");
+    }
+    assert_eq!(map.len(), 8);
+    assert_eq!(map.get(&3), Some(3));
+}

@@ -1506,13 +1506,15 @@ where
         self.inner.evict_all()
     }
 
-    /// `None` if nothing held will ever expire: the map is empty, or holds
-    /// only entries whose deadline saturated (a `ttl` that reaches past the
-    /// clock's range, which never expires). Otherwise how long until
-    /// [`evict_expired`](Self::evict_expired) has work: advancing the clock by
-    /// it and then calling `evict_expired` always makes progress, so a loop
-    /// of the two ends. A wake-up hint for maps driven without the
-    /// background thread.
+    /// How long until [`evict_expired`](Self::evict_expired) has work:
+    /// advancing the clock by it and then calling `evict_expired` always
+    /// makes progress, so a loop of the two ends. `None` if the map is empty.
+    /// An entry whose deadline saturated (a `ttl` that reaches past the
+    /// clock's range) never expires, but the timer index may still report
+    /// work for it near the end of the clock's range (where it moves the
+    /// entry within the index and evicts nothing): then this is centuries
+    /// away, and, once the clock is there, a few short waits before `None`.
+    /// A wake-up hint for maps driven without the background thread.
     ///
     /// ```
     /// use expiremap::{ExpireMap, ManualClock};
