@@ -477,18 +477,13 @@ where
         // in the probe, the key and value are dropped after the guard:
         // outside the lock.
         let mut kv = Some((key, value));
-        let (outcome, kick, now) = loop {
-            let (mut shard, now) = inner.write_now(hash);
+        let (outcome, kick, now) = {
             let key = &kv.as_ref().expect("just set").0;
-            if let Some(update) = inner.before_write(&shard, hash, key) {
-                drop(shard);
-                update.wait();
-                continue;
-            }
+            let (mut shard, now) = inner.write_key(hash, key, false);
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put(hash, &mut kv, deadline, now);
             let timer = inner.timer_of(deadline, now);
-            break (outcome, inner.needs_kick(&shard, timer), now);
+            (outcome, inner.needs_kick(&shard, timer), now)
         };
         self.kick_if(kick);
         match outcome {
@@ -536,18 +531,12 @@ where
         // are dropped after the guard: outside the lock.
         let mut kv = Some((key, value));
         let mut out = shard::Out::new();
-        let (outcome, kick, now) = loop {
-            let (mut shard, now) = inner.write_now(hash);
+        let (outcome, kick, now) = {
             let key = &kv.as_ref().expect("just set").0;
             // A load's store and an update's commit are the writes their
             // key's own flight is waiting for.
-            if !matches!(cond, PutIf::Commit { .. } | PutIf::Untouched(_)) {
-                if let Some(update) = inner.before_write(&shard, hash, key) {
-                    drop(shard);
-                    update.wait();
-                    continue;
-                }
-            }
+            let own = matches!(cond, PutIf::Commit { .. } | PutIf::Untouched(_));
+            let (mut shard, now) = inner.write_key(hash, key, own);
             match cond {
                 PutIf::Always => {}
                 PutIf::Absent => {
@@ -579,7 +568,7 @@ where
                 .not()
                 .then(|| inner.needs_kick(&shard, inner.timer_of(deadline, now)))
                 .flatten();
-            break (outcome, kick, now);
+            (outcome, kick, now)
         };
         self.kick_if(kick);
         if !out.is_empty() {
@@ -833,14 +822,9 @@ where
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (removed, now) = loop {
-            let (mut shard, now) = inner.write_now(hash);
-            if let Some(update) = inner.before_write(&shard, hash, key) {
-                drop(shard);
-                update.wait();
-                continue;
-            }
-            break (shard.remove(hash, key, now), now);
+        let (removed, now) = {
+            let (mut shard, now) = inner.write_key(hash, key, false);
+            (shard.remove(hash, key, now), now)
         };
         inner.leave(removed?, now)
     }
@@ -884,19 +868,14 @@ where
         }
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (done, kick) = loop {
-            let (mut shard, now) = inner.write_now(hash);
-            if let Some(update) = inner.before_write(&shard, hash, key) {
-                drop(shard);
-                update.wait();
-                continue;
-            }
+        let (done, kick) = {
+            let (mut shard, now) = inner.write_key(hash, key, false);
             let deadline = now.saturating_add(nanos(ttl));
             let timer = shard.touch(hash, key, deadline, now, cond);
-            break (
+            (
                 timer.is_some(),
                 timer.and_then(|t| inner.needs_kick(&shard, t)),
-            );
+            )
         };
         self.kick_if(kick);
         done
@@ -1633,26 +1612,37 @@ where
         (guard, now)
     }
 
-    /// Under `hash`'s shard write lock, before a write of `key`: a load of
-    /// `key` in flight loses to the write (it is marked), and an update of
-    /// `key` in flight is returned: the writer unlocks, waits for it
-    /// ([`Flight::wait`](load::Flight::wait)) and tries again. One
-    /// predictable branch when nothing is in flight in the shard.
+    /// The write lock of `key`'s shard (hash `hash`) and the exact time,
+    /// for a write of `key`: a load of `key` in flight loses to the write
+    /// (it is marked), and an update of `key` in flight is waited for
+    /// ([`Flight::wait`](load::Flight::wait)) with the lock released, then
+    /// the lock is taken again. One predictable branch when nothing is in
+    /// flight in the shard. `own`: the write is the one the key's own flight
+    /// waits to make (a load's store, an update's commit): no check.
     #[inline(always)]
-    fn before_write<Q>(
+    fn write_key<Q>(
         &self,
-        shard: &Shard<K, V>,
         hash: u64,
         key: &Q,
-    ) -> Option<Arc<load::Flight<K, V>>>
+        own: bool,
+    ) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64)
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if shard.flights.is_empty() {
-            return None;
+        loop {
+            let (shard, now) = self.write_now(hash);
+            if own || shard.flights.is_empty() {
+                return (shard, now);
+            }
+            match load::before_write(&shard.flights, hash, key) {
+                None => return (shard, now),
+                Some(update) => {
+                    drop(shard);
+                    update.wait();
+                }
+            }
         }
-        load::before_write(&shard.flights, hash, key)
     }
 
     /// Where the timer of an entry written at `now` with write deadline
