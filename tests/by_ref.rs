@@ -1,27 +1,26 @@
 //! The by-reference loaders and `insert` with the map's `time_to_live`.
 //! One test binary with a counting allocator: a hit through
 //! `get_or_insert_with_by_ref` allocates nothing (its owned-key twin
-//! allocates the `String` the caller makes). One test, so that nothing else
-//! allocates while it counts.
+//! allocates the `String` the caller makes). It counts the test thread's
+//! allocations only.
 
 use expiremap::{BuildError, ExpireMap, ManualClock, Update};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 #[path = "common/counting.rs"]
 mod counting;
-use counting::{ALLOCS, Counting};
+use counting::{Counting, allocations_here};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// Allocations made by `f`.
-fn allocations<R>(f: impl FnOnce() -> R) -> (R, isize) {
-    let before = ALLOCS.load(Ordering::SeqCst);
+/// Allocations made by `f` on this thread.
+fn allocations<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    let before = allocations_here();
     let r = f();
-    (r, ALLOCS.load(Ordering::SeqCst) - before)
+    (r, allocations_here() - before)
 }
 
 #[test]
