@@ -18,6 +18,9 @@ use std::time::Duration;
 #[cfg(not(target_os = "linux"))]
 use std::time::Instant;
 
+mod time;
+pub(crate) use time::Time;
+
 #[cfg(all(
     target_os = "linux",
     target_arch = "x86_64",

@@ -32,8 +32,7 @@
 //! makes it so) and sees `NONE_PLANNED` or the new target: no wake-up is lost.
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
-use super::shard::Removed;
-use super::{Cause, EVICT_BATCH, Event, Inner, Time};
+use super::{EVICT_BATCH, Inner, Time};
 use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
@@ -215,7 +214,7 @@ where
                 total += batch.len();
                 self.evicted
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                self.release(&mut batch, now, &mut panics);
+                self.leave_evicted(&mut batch, now, &mut panics);
                 if !more {
                     break;
                 }
@@ -223,27 +222,6 @@ where
         }
         panics.resume();
         total
-    }
-
-    /// Publishes or drops a batch of evicted entries, outside every lock;
-    /// a panicking `Drop` is kept in `panics`, and the batch still leaves
-    /// whole.
-    fn release(&self, batch: &mut Vec<Removed<K, V>>, now: u64, panics: &mut Panics) {
-        // Every evicted deadline is below `now` (see `Shard::evict`).
-        let Some(late) = batch.iter().map(|r| now - r.deadline).max() else {
-            return;
-        };
-        self.max_lateness.fetch_max(late, Ordering::Relaxed);
-        match self.events.live_sender() {
-            // One wake-up of parked subscribers per batch, not per event.
-            Some(s) => {
-                let events = batch
-                    .drain(..)
-                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now));
-                panics.run(|| s.send_batch(events));
-            }
-            None => panics.drop_each(batch.drain(..)),
-        }
     }
 
     /// Earliest shard wake-up, in clock ns.

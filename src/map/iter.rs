@@ -27,7 +27,7 @@
 //!
 //! [`Changes`]: super::shard::Changes
 
-use super::load;
+use super::flight;
 use super::shard::Removed;
 use super::{ExpireMap, Time};
 use crate::unwind::{Panic, Panics, clone_pair, resume_after_unlock};
@@ -384,7 +384,7 @@ where
                         // loses, an update of it goes first.
                         let update = guard
                             .held(r.index)
-                            .and_then(|(k, _)| load::before_write(&guard.flights, r.hash, k));
+                            .and_then(|(k, _)| flight::before_write(&guard.flights, r.hash, k));
                         if let Some(update) = update {
                             waits.push(update);
                             again.push(r);

@@ -1,425 +1,555 @@
-//! One flight per key: the loads of [`ExpireMap::get_or_insert_with`] and
-//! the updates of [`ExpireMap::update`] in flight, and how other callers
-//! wait for them.
-//!
-//! # Protocol
-//!
-//! * Each shard keeps the [`Flight`]s of its keys in `Shard::flights`,
-//!   changed only under the shard's write lock. A flight is found by its
-//!   key: the 64-bit hash first, then the user's `Eq` (the one user code a
-//!   lookup runs under a lock anyway). Two keys whose hashes collide have
-//!   flights of their own.
-//! * A caller that misses takes the write lock, looks the key up again
-//!   (a value put meanwhile is returned), then either finds the key's
-//!   flight and waits for it (after unlocking), or registers one and runs
-//!   its `init` (or `f`) with no lock held. Its [`FlightGuard`] ends the
-//!   flight when dropped, however `init` ends (a value, an error, a panic):
-//!   it unregisters it under the write lock, then records the outcome and
-//!   wakes every waiter. So a waiter that wakes finds the key free.
-//! * **Waiting** is parking on the flight's condition variable for a
-//!   blocking caller, or, for an async caller, a waker registered in the
-//!   flight's state under its mutex (the guard takes the wakers out and
-//!   wakes them after setting the outcome under the same mutex, so a
-//!   waker registered as the flight ends is either woken or sees the end).
-//!   Blocking and async callers of one key share one flight. An async
-//!   loader's guard lives in its future: dropping the future (cancelling
-//!   it) ends the flight with no value, and a waiter loads next.
-//! * **Outcomes**: a value (waiters take a clone), an error (waiters whose
-//!   call returns the same error type take a clone; the others load), or
-//!   nothing (a panic, a cancellation, an update: waiters look again).
-//! * **Loads** lose to writes: every write of a key (`put`, `remove`,
-//!   `put_if_absent`, `replace`, `expire`, `retain`'s removal; every key
-//!   for `clear`) marks a load of that key as *touched* under the write
-//!   lock, and the loader stores its value under the same lock only if its
-//!   load is untouched. Waiters of a load take its value (a clone).
-//! * **Updates** go first: a write of a key whose update is in flight
-//!   waits (after unlocking) for the update to end, then writes. So an
-//!   update's `f` runs exactly once, on the value its commit replaces
-//!   (eviction, the capacity bound and `clear` do not wait: an entry may
-//!   still expire or be pushed out meanwhile).
-//! * **Waiting never hangs on a cycle.** Before parking, a caller records
-//!   in one process-wide graph which thread's flight it waits for, and
-//!   follows the graph from there: if it leads back to a flight run by the
-//!   calling thread (an `init` that asks for its own key, or two `init`s
-//!   each asking for the other's key), the caller panics, naming the
-//!   threads, instead of parking for ever.
+//! The loading surface: `get_or_insert_with` and its fallible, async and
+//! by-reference forms, and `update`. The flights they register, wait for
+//! and end are in `flight`; this room holds what a loading call does
+//! around them (look, begin, run `init` with no lock held, store).
 
-use super::shard::Shard;
-use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
-use std::any::Any;
+use super::flight;
+use super::{ExpireMap, PutIf};
+use crate::sync::Arc;
 use std::borrow::Borrow;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::hash::{BuildHasher, Hash};
+use std::time::Duration;
 
-/// What a flight is doing for its key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// `get_or_insert_with`: waiters share its value.
-    Load,
-    /// `update`: writes of the key wait for it.
-    Update,
+/// What a loading call that missed finds under the write lock.
+pub(super) enum Begun<K, V> {
+    /// The key's live value.
+    Hit(V),
+    /// The key's flight, to wait for.
+    Wait(Arc<flight::Flight<K, V>>),
+    /// A new load, registered for the caller to run.
+    Run(Arc<flight::Flight<K, V>>),
 }
 
-/// One key's load or update in flight.
-pub(crate) struct Flight<K, V> {
-    pub(crate) key: K,
-    pub(crate) hash: u64,
-    pub(crate) kind: Kind,
-    state: Mutex<State<V>>,
-    ended: Condvar,
-    /// A write of this key happened during the load. Set and read under the
-    /// shard's write lock.
-    touched: AtomicBool,
-    /// The thread running it, for the wait graph; `None` for an async
-    /// load, whose task may move between threads and parks none.
-    runner: Option<thread::ThreadId>,
-    /// The runner's name, for the panic that names a cycle.
-    runner_name: Option<String>,
-    /// Set once it ended: the wait graph reads it without any loom-modelled
-    /// operation (see `sync::unmodeled`).
-    over: unmodeled::Arc<unmodeled::AtomicBool>,
+/// What the function given to [`ExpireMap::update`] does with the entry
+/// it was shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Update<V> {
+    /// Leave the entry as it is (or absent).
+    Keep,
+    /// Remove the entry (its value leaves as [`Cause::Removed`](super::Cause::Removed)).
+    Remove,
+    /// Store this value, live for this long from now. A zero TTL changes
+    /// nothing, as for [`ExpireMap::put`].
+    Set(V, Duration),
+    /// Store this value with the entry's current deadline (Redis `SET ...
+    /// KEEPTTL`). Shown no live entry, it stores nothing.
+    SetKeepTtl(V),
 }
 
-enum State<V> {
-    /// With the wakers of the async callers waiting for it.
-    Running(Vec<Waker>),
-    Done(V),
-    /// A load whose `init` failed: its error, for the waiters whose call
-    /// returns the same error type (see [`Ended::Failed`]).
-    Failed(SharedError),
-    /// An update that ended, or a load that panicked or was cancelled.
-    Ended,
-}
-
-/// A failed load's error, shared by its waiters: each whose call returns
-/// the same error type gets a clone. A std `Arc` in every build: it only
-/// carries the value (its count orders nothing).
-pub(crate) type SharedError = unmodeled::Arc<dyn Any + Send + Sync>;
-
-/// How a flight ended, as a waiter sees it.
-pub(crate) enum Ended<V> {
-    /// A load's value (a clone).
-    Value(V),
-    /// A load's `init` failed with this error.
-    Failed(SharedError),
-    /// An update ended, or a load panicked or was cancelled: look again.
-    Over,
-}
-
-impl<K, V> Flight<K, V> {
-    /// A flight of `key` (hash `hash`) run by the calling thread, or, if
-    /// `task`, by an async task (on no thread in particular).
-    pub(crate) fn new(key: K, hash: u64, kind: Kind, task: bool) -> Self {
-        let me = thread::current();
-        Self {
-            key,
-            hash,
-            kind,
-            state: Mutex::new(State::Running(Vec::new())),
-            ended: Condvar::new(),
-            touched: AtomicBool::new(false),
-            runner: (!task).then(|| me.id()),
-            runner_name: if task {
-                None
-            } else {
-                me.name().map(str::to_owned)
-            },
-            over: unmodeled::Arc::new(unmodeled::AtomicBool::new(false)),
+impl<K, V, S> ExpireMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// The live value for `key`, or the value `init` makes for it, stored
+    /// for `ttl`. At most one caller per key runs its `init` at a time, with
+    /// no lock held; other callers of the same key park until it is done
+    /// and return (a clone of) its value. A hit costs what `get` costs.
+    ///
+    /// If `init` panics, the panic reaches its caller, nothing is stored,
+    /// and one of the waiting callers runs its own `init`. The value is
+    /// stored only if no `put`, `put_if_absent`, `remove` or `clear` touched
+    /// the key while `init` ran; otherwise the newer write stands and the
+    /// value is only returned. A zero `ttl` returns the value without
+    /// storing it. In a bounded map the value may be refused like any
+    /// put's.
+    ///
+    /// `init` may use the map for other keys, those of the same hash
+    /// included (loads are told apart by `Eq`). Asking for its own key
+    /// (through this call) would wait for itself, and so would a cycle of
+    /// loads each waiting for another's key (thread 1's `init` for key 1
+    /// loading key 2 while thread 2's `init` for key 2 loads key 1): the
+    /// caller that would close such a cycle panics instead, naming the
+    /// threads, and the others go on.
+    ///
+    /// On an async runtime, this call parks the calling thread while
+    /// another caller loads the key, and `init` runs on it: call it where
+    /// blocking is allowed (`spawn_blocking`), not on a runtime worker.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<&str, u32> = ExpireMap::new();
+    /// let calls = AtomicU32::new(0);
+    /// let load = || {
+    ///     calls.fetch_add(1, Ordering::SeqCst);
+    ///     42
+    /// };
+    /// assert_eq!(map.get_or_insert_with("a", Duration::from_secs(60), load), 42);
+    /// assert_eq!(map.get_or_insert_with("a", Duration::from_secs(60), load), 42);
+    /// assert_eq!(calls.load(Ordering::SeqCst), 1); // the second was a hit
+    /// ```
+    pub fn get_or_insert_with(&self, key: K, ttl: Duration, init: impl FnOnce() -> V) -> V {
+        match self.try_get_or_insert_with(key, ttl, || Ok::<V, std::convert::Infallible>(init())) {
+            Ok(v) => v,
+            Err(never) => match never {},
         }
     }
 
-    /// Whether a write of this key happened since the load began. Read
-    /// under the shard lock the loader stores under.
-    pub(crate) fn touched(&self) -> bool {
-        self.touched.load(Ordering::Relaxed)
-    }
-
-    /// A write of this key (under the shard's write lock).
-    pub(crate) fn touch(&self) {
-        self.touched.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether the calling thread runs this flight.
-    pub(crate) fn is_mine(&self) -> bool {
-        self.runner == Some(thread::current().id())
-    }
-}
-
-impl<K, V: Clone> Flight<K, V> {
-    /// Parks until the flight ends. Called with no lock held.
+    /// Reads the live entry for `key` (its value and time left, or `None`),
+    /// lets `f` decide what to do with it, and does that atomically, as
+    /// Java's `ConcurrentHashMap::compute` or moka's `and_compute_with` do:
+    /// `f` runs **exactly once** per call, with no lock held (it may use the
+    /// map for other keys), and no other write of `key` lands between the
+    /// read and the commit. Returns the value stored (in a bounded map the
+    /// bound may refuse it, as any put's), the one kept, or `None`.
+    ///
+    /// How: the call registers an update of `key` in its shard (as a load
+    /// registers, see [`get_or_insert_with`](Self::get_or_insert_with)).
+    /// Updates of one key run one at a time, in turn, and every write of
+    /// `key` (`put`, `remove`, `put_if_absent`, `replace`, `touch`,
+    /// `expire`, `retain`'s removal) waits for the update in flight to
+    /// commit before it writes. What does not wait: eviction (the entry may
+    /// expire while `f` runs: [`Update::Set`] and [`Update::Remove`] still
+    /// apply, and [`Update::SetKeepTtl`], whose deadline has then passed,
+    /// stores nothing and returns `None`), the capacity bound, and
+    /// [`clear`](Self::clear).
     ///
     /// # Panics
     ///
-    /// If waiting would close a cycle of waits (see the module docs).
-    pub(crate) fn wait(&self) -> Ended<V> {
-        let _edge = graph::Edge::enter(self);
-        let mut state = self.state.lock();
-        loop {
-            if let Some(ended) = Self::ended(&state) {
-                return ended;
-            }
-            self.ended.wait(&mut state);
-        }
-    }
-
-    /// How the flight ended, if it did.
-    fn ended(state: &State<V>) -> Option<Ended<V>> {
-        match state {
-            State::Running(_) => None,
-            State::Done(v) => Some(Ended::Value(v.clone())),
-            State::Failed(e) => Some(Ended::Failed(e.clone())),
-            State::Ended => Some(Ended::Over),
-        }
-    }
-
-    /// Waits for the flight to end without parking the thread: the future
-    /// registers its task's waker with the flight, which wakes it when it
-    /// ends (under the same lock the state is set under, so a flight that
-    /// ends while the waker is being registered is seen by the check that
-    /// comes with it).
-    pub(crate) fn wait_async(&self) -> WaitAsync<'_, K, V> {
-        WaitAsync { flight: self }
-    }
-}
-
-/// The future of [`Flight::wait_async`].
-pub(crate) struct WaitAsync<'a, K, V> {
-    flight: &'a Flight<K, V>,
-}
-
-impl<K, V: Clone> Future for WaitAsync<'_, K, V> {
-    type Output = Ended<V>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ended<V>> {
-        let mut state = self.flight.state.lock();
-        if let Some(ended) = Flight::<K, V>::ended(&state) {
-            return Poll::Ready(ended);
-        }
-        if let State::Running(wakers) = &mut *state {
-            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                wakers.push(cx.waker().clone());
-            }
-        }
-        Poll::Pending
-    }
-}
-
-/// The flight of `key` among `flights`, if any.
-#[inline]
-pub(crate) fn find<'a, K, V, Q>(
-    flights: &'a [Arc<Flight<K, V>>],
-    hash: u64,
-    key: &Q,
-) -> Option<&'a Arc<Flight<K, V>>>
-where
-    K: Borrow<Q>,
-    Q: Eq + ?Sized,
-{
-    flights
-        .iter()
-        .find(|f| f.hash == hash && f.key.borrow() == key)
-}
-
-/// Before a write of `key` under its shard's write lock, with flights in
-/// the shard: marks a load of `key` touched (the write wins), or returns
-/// the update of `key` in flight, which the writer waits for (after
-/// unlocking) before it writes.
-///
-/// # Panics
-///
-/// If the update of `key` is run by the calling thread: its `f` wrote its
-/// own key, which would wait for itself.
-#[cold]
-pub(crate) fn before_write<K, V, Q>(
-    flights: &[Arc<Flight<K, V>>],
-    hash: u64,
-    key: &Q,
-) -> Option<Arc<Flight<K, V>>>
-where
-    K: Borrow<Q>,
-    Q: Eq + ?Sized,
-{
-    let flight = find(flights, hash, key)?;
-    match flight.kind {
-        Kind::Load => {
-            flight.touch();
-            None
-        }
-        Kind::Update => {
-            assert!(
-                !flight.is_mine(),
-                "expiremap: update's f wrote its own key, which would wait for the update itself"
-            );
-            Some(flight.clone())
-        }
-    }
-}
-
-/// Ends a flight when dropped: unregisters it from its shard (under the
-/// shard's write lock), then records the value given to
-/// [`done`](Self::done) (none: it failed, unwound, or was an update) and
-/// wakes every waiter.
-pub(crate) struct FlightGuard<'a, K, V> {
-    pub(crate) flight: Arc<Flight<K, V>>,
-    value: Option<V>,
-    error: Option<SharedError>,
-    /// The lock of the shard the flight is registered in.
-    lock: &'a RwLock<Shard<K, V>>,
-}
-
-impl<'a, K, V> FlightGuard<'a, K, V> {
-    /// Guards `flight`, which the caller has just registered in the shard
-    /// behind `lock`.
-    pub(crate) fn new(flight: Arc<Flight<K, V>>, lock: &'a RwLock<Shard<K, V>>) -> Self {
-        Self {
-            flight,
-            value: None,
-            error: None,
-            lock,
-        }
-    }
-
-    /// The load succeeded with `value` (handed to the waiters at drop).
-    pub(crate) fn done(&mut self, value: V) {
-        self.value = Some(value);
-    }
-
-    /// The load failed with `error` (shared with the waiters at drop).
-    pub(crate) fn failed(&mut self, error: SharedError) {
-        self.error = Some(error);
-    }
-}
-
-impl<K, V> Drop for FlightGuard<'_, K, V> {
-    fn drop(&mut self) {
-        let mut shard = self.lock.write();
-        let at = shard
-            .flights
-            .iter()
-            .position(|f| Arc::ptr_eq(f, &self.flight));
-        // This guard holds another handle: no key is dropped under the lock.
-        let registered = at.map(|i| shard.flights.swap_remove(i));
-        drop(shard);
-        drop(registered);
-        let mut state = self.flight.state.lock();
-        let ended = match (self.value.take(), self.error.take()) {
-            (Some(v), _) => State::Done(v),
-            (None, Some(e)) => State::Failed(e),
-            (None, None) => State::Ended,
-        };
-        let waiting = std::mem::replace(&mut *state, ended);
-        drop(state);
-        self.flight.over.store(true, unmodeled::Ordering::SeqCst);
-        self.flight.ended.notify_all();
-        if let State::Running(wakers) = waiting {
-            wakers.into_iter().for_each(Waker::wake);
-        }
-    }
-}
-
-/// The process-wide graph of waits: which thread waits for a flight run by
-/// which thread. One mutex held only for a walk of a few edges; only the
-/// slow path (a caller that waits) touches it.
-mod graph {
-    use super::{Flight, thread, unmodeled};
-
-    struct Link {
-        waiter: thread::ThreadId,
-        runner: Option<thread::ThreadId>,
-        runner_name: Option<String>,
-        over: unmodeled::Arc<unmodeled::AtomicBool>,
-    }
-
-    static WAITS: unmodeled::Mutex<Vec<Link>> = unmodeled::Mutex::new(Vec::new());
-
-    fn waits() -> unmodeled::MutexGuard<'static, Vec<Link>> {
-        WAITS
-            .lock()
-            .unwrap_or_else(unmodeled::PoisonError::into_inner)
-    }
-
-    fn name(id: thread::ThreadId, name: Option<&str>) -> String {
-        match name {
-            Some(n) => format!("'{n}' ({id:?})"),
-            None => format!("{id:?}"),
-        }
-    }
-
-    /// The calling thread's wait, recorded while it lasts.
-    pub(super) struct Edge(thread::ThreadId);
-
-    impl Edge {
-        /// Records that the calling thread waits for `flight`.
-        ///
-        /// # Panics
-        ///
-        /// If the chain of waits from `flight` leads back to a flight that
-        /// the calling thread runs. Every link of such a chain is a thread
-        /// parked until a flight ends whose runner is parked in turn, and
-        /// the last flight's runner is the calling thread, which is inside
-        /// that flight (its `over` is unset): none can end. A link whose
-        /// flight is `over` ends the walk, so a wait that is already
-        /// ending is never taken for a cycle.
-        pub(super) fn enter<K, V>(flight: &Flight<K, V>) -> Self {
-            let me = thread::current().id();
-            let mut waits = waits();
-            let mut runner = flight.runner;
-            let mut runner_name = flight.runner_name.clone();
-            let mut over = flight.over.clone();
-            let mut chain = String::new();
-            // Each thread waits for one flight at a time: a walk longer
-            // than the graph has left it.
-            for _ in 0..=waits.len() {
-                if over.load(unmodeled::Ordering::SeqCst) {
-                    break;
-                }
-                let Some(runner_id) = runner else {
-                    // An async load parks no thread: no cycle through it.
-                    break;
-                };
-                if runner_id == me {
-                    drop(waits);
-                    let me = name(me, thread::current().name());
-                    if chain.is_empty() {
-                        panic!(
-                            "expiremap: get_or_insert_with's init (or update's f) asked \
-                             the map for its own key, which would wait for itself \
-                             (thread {me})"
-                        );
+    /// If `f` panics, the panic reaches the caller and nothing is stored.
+    /// If `f` writes `key` itself, or waits for a load or update that waits
+    /// for this one, that would wait for ever: it panics instead.
+    ///
+    /// A counter that keeps its window, for example (the fixed-window rate
+    /// limiter in `examples/rate_limiter.rs`):
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, Update};
+    /// use std::time::Duration;
+    ///
+    /// let hits: ExpireMap<&str, u32> = ExpireMap::new();
+    /// let window = Duration::from_secs(1);
+    /// let count = |key| {
+    ///     hits.update(key, |seen| match seen {
+    ///         None => Update::Set(1, window),
+    ///         Some((n, _left)) => Update::SetKeepTtl(n + 1),
+    ///     })
+    /// };
+    /// assert_eq!(count("client"), Some(1));
+    /// assert_eq!(count("client"), Some(2));
+    /// assert!(hits.ttl("client").unwrap() <= window); // the window was kept
+    /// ```
+    pub fn update<F>(&self, key: K, f: F) -> Option<V>
+    where
+        F: FnOnce(Option<(&V, Duration)>) -> Update<V>,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(&key);
+        let lock = inner.shard(hash);
+        // The flight's own copy of the key, made before any lock is taken.
+        let mut spare = Some(key.clone());
+        let (flight, seen) = loop {
+            let mut expired = None;
+            let found = {
+                let (mut shard, now) = inner.write_now(hash);
+                if let Some(other) = flight::find(&shard.flights, hash, &key) {
+                    Err(other.clone())
+                } else {
+                    let found = shard.get_from(shard.start(hash), hash, &key);
+                    let idle_expired = found.as_ref().is_some_and(|f| f.idle_expired(now));
+                    let seen = found
+                        .filter(|f| now <= f.deadline)
+                        .map(|f| (f.value.clone(), f.deadline, f.deadline - now, f.write));
+                    if idle_expired {
+                        // Found idle-expired: it leaves now, as a read's
+                        // find does (see `expire_idle`).
+                        expired = shard.remove(hash, &key, now).map(|r| (r, now));
                     }
-                    panic!(
-                        "expiremap: a cycle of loads or updates would wait for ever: \
-                         thread {me} waits for a key whose init (or f) runs on thread \
-                         {chain}, which waits for a key whose init (or f) runs on \
-                         thread {me}"
-                    );
+                    let key = spare.take().expect("registered once");
+                    let flight =
+                        Arc::new(flight::Flight::new(key, hash, flight::Kind::Update, false));
+                    shard.flights.push(flight.clone());
+                    Ok((flight, seen))
                 }
-                if !chain.is_empty() {
-                    chain.push_str(", which waits for a key whose init (or f) runs on thread ");
-                }
-                chain.push_str(&name(runner_id, runner_name.as_deref()));
-                let Some(next) = waits.iter().find(|l| l.waiter == runner_id) else {
-                    break;
-                };
-                (runner, runner_name, over) =
-                    (next.runner, next.runner_name.clone(), next.over.clone());
+            };
+            if let Some((r, now)) = expired {
+                inner.leave(r, now);
             }
-            waits.push(Link {
-                waiter: me,
-                runner: flight.runner,
-                runner_name: flight.runner_name.clone(),
-                over: flight.over.clone(),
-            });
-            Edge(me)
+            match found {
+                Ok(registered) => break registered,
+                Err(other) => {
+                    other.wait();
+                }
+            }
+        };
+        drop(spare);
+        let guard = flight::FlightGuard::new(flight, lock);
+        let shown = seen
+            .as_ref()
+            .map(|(v, _, left, _)| (v, Duration::from_nanos(*left)));
+        let live_until = seen.as_ref().map(|s| s.1);
+        let r = match f(shown) {
+            Update::Keep => seen.map(|s| s.0),
+            Update::Set(_, ttl) if ttl.is_zero() => seen.map(|s| s.0),
+            Update::SetKeepTtl(_) if seen.is_none() => None,
+            Update::Set(v, ttl) => {
+                let ret = v.clone();
+                let cond = PutIf::Commit {
+                    keep: None,
+                    live_until,
+                };
+                self.put_slow(key, v, ttl, cond).ok().map(|_| ret)
+            }
+            Update::SetKeepTtl(v) => {
+                let ret = v.clone();
+                let cond = PutIf::Commit {
+                    keep: seen.as_ref().map(|s| s.3),
+                    live_until,
+                };
+                self.put_slow(key, v, Duration::MAX, cond).ok().map(|_| ret)
+            }
+            Update::Remove => {
+                let (removed, now) = {
+                    let (mut shard, now) = inner.write_now(hash);
+                    (shard.remove(hash, &key, now), now)
+                };
+                if let Some(r) = removed {
+                    inner.leave(r, now);
+                }
+                None
+            }
+        };
+        drop(guard);
+        r
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with) with an `init` that
+    /// may fail: nothing is stored, and its error is returned to its caller
+    /// and to every caller waiting for that load whose call returns the
+    /// same error type (a clone each, so one failing load is one `init`
+    /// however many callers wait, as moka shares it as `Arc<E>`). A waiter
+    /// whose call returns another error type, or none
+    /// (`get_or_insert_with`), runs its own `init`. Callers that come after
+    /// the failure load again.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<u32, String> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let r = map.try_get_or_insert_with(1, minute, || Err::<String, _>("backend down"));
+    /// assert_eq!(r, Err("backend down"));
+    /// assert_eq!(map.get(&1), None);
+    /// let r = map.try_get_or_insert_with(1, minute, || Ok::<_, &str>("one".to_string()));
+    /// assert_eq!(r.as_deref(), Ok("one"));
+    /// ```
+    pub fn try_get_or_insert_with<E>(
+        &self,
+        key: K,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        // A hit or a miss, counted once.
+        if let Some(v) = self.get(&key) {
+            return Ok(v);
+        }
+        self.load(key, ttl, init)
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with) by reference: the
+    /// owned key is made (`ToOwned`) only on a miss, so a hit costs what
+    /// [`get`](Self::get) costs, with no allocation for a `String` key
+    /// (moka's `get_with_by_ref`).
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<String, usize> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let len = map.get_or_insert_with_by_ref("four", minute, || 4);
+    /// assert_eq!(len, 4);
+    /// // A hit: neither `init` nor an owned `String`.
+    /// assert_eq!(map.get_or_insert_with_by_ref("four", minute, || unreachable!()), 4);
+    /// ```
+    pub fn get_or_insert_with_by_ref<Q>(
+        &self,
+        key: &Q,
+        ttl: Duration,
+        init: impl FnOnce() -> V,
+    ) -> V
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let r = self
+            .try_get_or_insert_with_by_ref(key, ttl, || Ok::<V, std::convert::Infallible>(init()));
+        match r {
+            Ok(v) => v,
+            Err(never) => match never {},
         }
     }
 
-    impl Drop for Edge {
-        fn drop(&mut self) {
-            let mut waits = waits();
-            if let Some(i) = waits.iter().position(|l| l.waiter == self.0) {
-                waits.swap_remove(i);
+    /// [`try_get_or_insert_with`](Self::try_get_or_insert_with) by
+    /// reference: the owned key is made only on a miss.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<String, u32> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let r = map.try_get_or_insert_with_by_ref("a", minute, || Err::<u32, _>("down"));
+    /// assert_eq!(r, Err("down"));
+    /// assert_eq!(map.try_get_or_insert_with_by_ref("a", minute, || Ok::<_, &str>(1)), Ok(1));
+    /// ```
+    pub fn try_get_or_insert_with_by_ref<Q, E>(
+        &self,
+        key: &Q,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        E: Clone + Send + Sync + 'static,
+    {
+        // A hit or a miss, counted once.
+        if let Some(v) = self.get(key) {
+            return Ok(v);
+        }
+        self.load(key.to_owned(), ttl, init)
+    }
+
+    /// [`update`](Self::update) by reference. The owned key is made
+    /// (`ToOwned`) before the update registers, which needs it.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, Update};
+    /// use std::time::Duration;
+    ///
+    /// let map: ExpireMap<String, u32> = ExpireMap::new();
+    /// let add = |seen: Option<(&u32, Duration)>| match seen {
+    ///     None => Update::Set(1, Duration::from_secs(60)),
+    ///     Some((n, _)) => Update::SetKeepTtl(n + 1),
+    /// };
+    /// assert_eq!(map.update_by_ref("hits", add), Some(1));
+    /// assert_eq!(map.update_by_ref("hits", add), Some(2));
+    /// ```
+    pub fn update_by_ref<Q, F>(&self, key: &Q, f: F) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        F: FnOnce(Option<(&V, Duration)>) -> Update<V>,
+    {
+        self.update(key.to_owned(), f)
+    }
+
+    /// [`try_get_or_insert_with`](Self::try_get_or_insert_with) after its
+    /// first look missed: out of line, so that a hit is a `get`.
+    #[inline(never)]
+    pub(super) fn load<E>(
+        &self,
+        key: K,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        let hash = self.inner.hasher.hash_one(&key);
+        // The flight's own copy of the key, made before any lock is taken
+        // (and dropped after it, if not needed).
+        let mut spare = Some(key.clone());
+        let flight = loop {
+            match self.begin_load(hash, &key, &mut spare, false) {
+                Begun::Hit(v) => return Ok(v),
+                Begun::Run(flight) => break flight,
+                Begun::Wait(other) => {
+                    if let Some(r) = Self::shared(other.wait()) {
+                        return r;
+                    }
+                }
+            }
+        };
+        drop(spare);
+        let mut guard = flight::FlightGuard::new(flight, self.inner.shard(hash));
+        let r = init();
+        self.end_load(key, ttl, r, &mut guard)
+    }
+
+    /// The async form of [`get_or_insert_with`](Self::get_or_insert_with):
+    /// the live value for `key`, or the value the future `init` makes,
+    /// stored for `ttl`. A hit returns without polling `init` (and without
+    /// an await point that waits). No thread ever parks on behalf of an
+    /// async caller: a caller that finds the key being loaded (by an async
+    /// or a blocking caller: the two share one flight per key) awaits a
+    /// wake-up from the load, so a hundred tasks of one key complete on a
+    /// current-thread runtime. No runtime is needed: it runs on any
+    /// executor.
+    ///
+    /// If the future is dropped while it loads (a timeout, a client gone),
+    /// the load is handed over: a waiting or later caller loads, and
+    /// nothing of the cancelled `init` is stored. A write of the key during
+    /// the load wins, a zero `ttl` returns the value without storing it,
+    /// and in a bounded map the value may be refused, as for the blocking
+    /// form. If `init` panics, the panic reaches its caller and the waiters
+    /// go on (one of them loads).
+    ///
+    /// An `init` that awaits a load of its own key waits for itself (the
+    /// future never completes): unlike the blocking form, an async caller
+    /// cannot be told from its thread.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     use std::task::{Context, Poll, Waker};
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let mut cx = Context::from_waker(Waker::noop());
+    /// #     loop { if let Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// let map: ExpireMap<u32, String> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// // On any executor (tokio, async-std, a hand-written one):
+    /// let v = block_on(map.get_or_insert_with_async(1, minute, async { "one".to_string() }));
+    /// assert_eq!(v, "one");
+    /// let again = block_on(map.get_or_insert_with_async(1, minute, async { unreachable!() }));
+    /// assert_eq!(again, "one"); // a hit: `init` never polled
+    /// ```
+    pub async fn get_or_insert_with_async<F>(&self, key: K, ttl: Duration, init: F) -> V
+    where
+        F: Future<Output = V>,
+    {
+        let init = async { Ok::<V, std::convert::Infallible>(init.await) };
+        match self.try_get_or_insert_with_async(key, ttl, init).await {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+
+    /// The async form of
+    /// [`try_get_or_insert_with`](Self::try_get_or_insert_with): as
+    /// [`get_or_insert_with_async`](Self::get_or_insert_with_async), with a
+    /// fallible `init` whose error is shared with the callers waiting for
+    /// it (a clone each), blocking or async, whose call returns the same
+    /// error type.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     use std::task::{Context, Poll, Waker};
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let mut cx = Context::from_waker(Waker::noop());
+    /// #     loop { if let Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// let map: ExpireMap<u32, u32> = ExpireMap::new();
+    /// let minute = Duration::from_secs(60);
+    /// let r = block_on(map.try_get_or_insert_with_async(1, minute, async { Err("down") }));
+    /// assert_eq!(r, Err("down"));
+    /// assert_eq!(map.get(&1), None);
+    /// let r = block_on(map.try_get_or_insert_with_async(1, minute, async { Ok::<_, &str>(1) }));
+    /// assert_eq!(r, Ok(1));
+    /// ```
+    pub async fn try_get_or_insert_with_async<F, E>(
+        &self,
+        key: K,
+        ttl: Duration,
+        init: F,
+    ) -> Result<V, E>
+    where
+        F: Future<Output = Result<V, E>>,
+        E: Clone + Send + Sync + 'static,
+    {
+        // A hit or a miss, counted once.
+        if let Some(v) = self.get(&key) {
+            return Ok(v);
+        }
+        let hash = self.inner.hasher.hash_one(&key);
+        let mut spare = Some(key.clone());
+        let flight = loop {
+            match self.begin_load(hash, &key, &mut spare, true) {
+                Begun::Hit(v) => return Ok(v),
+                Begun::Run(flight) => break flight,
+                Begun::Wait(other) => {
+                    if let Some(r) = Self::shared(other.wait_async().await) {
+                        return r;
+                    }
+                }
+            }
+        };
+        drop(spare);
+        // Dropped with the future if it is cancelled: the load ends with no
+        // value, and a waiter takes it over.
+        let mut guard = flight::FlightGuard::new(flight, self.inner.shard(hash));
+        let r = init.await;
+        self.end_load(key, ttl, r, &mut guard)
+    }
+
+    /// A loading call's look under `hash`'s write lock after a miss: the
+    /// live value (a put or a load landed since the miss), the key's flight
+    /// to wait for, or a new load of it, registered (with `spare`'s key)
+    /// for the caller to run; `task` if the caller is async.
+    pub(super) fn begin_load(
+        &self,
+        hash: u64,
+        key: &K,
+        spare: &mut Option<K>,
+        task: bool,
+    ) -> Begun<K, V> {
+        let (shard, now) = self.inner.write_now(hash);
+        if let Some(f) = shard.get_from(shard.start(hash), hash, key) {
+            if f.access(now) {
+                return Begun::Hit(f.value.clone());
+            }
+        }
+        let mut shard = shard;
+        match flight::find(&shard.flights, hash, key) {
+            Some(other) => Begun::Wait(other.clone()),
+            None => {
+                let key = spare.take().expect("registered once");
+                let flight = Arc::new(flight::Flight::new(key, hash, flight::Kind::Load, task));
+                shard.flights.push(flight.clone());
+                Begun::Run(flight)
+            }
+        }
+    }
+
+    /// What a waiter takes from a flight that ended: a load's value, or its
+    /// error if of the waiter's type; `None`: look again (and load).
+    pub(super) fn shared<E: Clone + 'static>(ended: flight::Ended<V>) -> Option<Result<V, E>> {
+        match ended {
+            flight::Ended::Value(v) => Some(Ok(v)),
+            flight::Ended::Failed(e) => e.downcast_ref::<E>().map(|e| Err(e.clone())),
+            flight::Ended::Over => None,
+        }
+    }
+
+    /// The loader's side once `init` returned `r`: stores a value (unless a
+    /// write of the key came first, or `ttl` is zero) and hands it, or the
+    /// error, to the waiters.
+    pub(super) fn end_load<E>(
+        &self,
+        key: K,
+        ttl: Duration,
+        r: Result<V, E>,
+        guard: &mut flight::FlightGuard<'_, K, V>,
+    ) -> Result<V, E>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        match r {
+            Ok(v) => {
+                if !ttl.is_zero() {
+                    let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
+                }
+                guard.done(v.clone());
+                Ok(v)
+            }
+            Err(e) => {
+                guard.failed(crate::sync::unmodeled::Arc::new(e.clone()));
+                Err(e)
             }
         }
     }

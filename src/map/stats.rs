@@ -1,9 +1,10 @@
-//! The read counters of [`Builder::record_stats`](super::Builder::record_stats):
+//! The read counters of [`Builder::record_stats`](super::Builder::record_stats)(super::Builder::record_stats):
 //! striped, so that reads on different threads count on different cache
 //! lines.
 
 use crate::sync::{AtomicU64, CachePadded, Ordering};
 use std::cell::Cell;
+use std::time::Duration;
 
 /// One stripe: hits and misses, alone on its cache line(s).
 #[derive(Default)]
@@ -68,4 +69,33 @@ impl Reads {
             )
         })
     }
+}
+
+/// Counters of a map's reads and eviction work, from [`ExpireMap::stats`](super::ExpireMap::stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Reads that found a live value: `get`, `get_with_ttl`, and
+    /// `get_or_insert_with` hits. Counted only with
+    /// [`Builder::record_stats`](super::Builder::record_stats); 0 otherwise.
+    pub hits: u64,
+    /// Reads that found no live value (a `get_or_insert_with` miss counts
+    /// once, however long it waits or loads). As `hits`.
+    pub misses: u64,
+    /// Values pushed out, or refused, by the capacity bound (published as
+    /// [`Cause::Size`](super::Cause::Size)).
+    pub size_evicted: u64,
+    /// The latest any eviction of an expired entry came: removal time minus
+    /// deadline, the largest seen.
+    pub max_lateness: Duration,
+    /// Entries evicted because their deadline passed (by the thread or
+    /// [`ExpireMap::evict_expired`](super::ExpireMap::evict_expired)). Not counted: an entry a read removed
+    /// because it found it idle-expired (see
+    /// [`Builder::time_to_idle`](crate::Builder::time_to_idle)), published
+    /// as `Expired` all the same.
+    pub evicted: u64,
+    /// Eviction passes made by the background thread.
+    pub passes: u64,
+    /// Times the background thread woke from a wait. An idle map adds none.
+    pub wakeups: u64,
 }

@@ -214,7 +214,7 @@ impl Table {
 
     /// Hints the CPU to start loading the home slot of hash bits `h32`.
     #[inline]
-    pub(crate) fn prefetch(&self, h32: u32) {
+    pub(crate) fn prefetch_home(&self, h32: u32) {
         self.start(h32);
     }
 
@@ -224,7 +224,7 @@ impl Table {
     #[inline]
     pub(crate) fn start(&self, h32: u32) -> Home {
         let home = self.home(h32);
-        super::prefetch(&self.slots[home]);
+        super::prefetch_line(&self.slots[home]);
         Home(home)
     }
 

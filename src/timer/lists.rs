@@ -26,7 +26,7 @@ pub(crate) trait Links {
     fn deadline(&self, index: u32) -> u64;
     /// Hints that node `index` is about to be read. The default does nothing.
     #[inline]
-    fn prefetch(&self, index: u32) {
+    fn prefetch_node(&self, index: u32) {
         let _ = index;
     }
 }
@@ -302,7 +302,7 @@ impl<const R: u32> Lists<R> {
                 let (_, next) = store.links(cur);
                 // The walk is one cache miss per node; start the next one
                 // before this node's re-link (whose branches may stall).
-                store.prefetch(next);
+                store.prefetch_node(next);
                 let list = self.list_for(store.deadline(cur));
                 debug_assert!(list == Self::DUE || list / Self::SLOTS < level);
                 self.push_back(store, list, cur);

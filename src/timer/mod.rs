@@ -244,7 +244,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     pub fn cancel(&mut self, id: TimerId) -> Option<T> {
         let deadline = self.deadline(id)?;
         self.lists.unlink(&mut self.nodes, id.index, deadline);
-        Some(self.release(id.index))
+        Some(self.vacate(id.index))
     }
 
     /// Moves a pending timer to `deadline` (earlier, later, or `<= now()`,
@@ -346,7 +346,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
                 index,
                 generation: generation(&self.nodes.0[index as usize]),
             };
-            let value = self.release(index);
+            let value = self.vacate(index);
             fire(id, value);
         }
         self.lists.first_due().is_some()
@@ -372,7 +372,7 @@ impl<T, const R: u32> TimerWheel<T, R> {
     // ---- internals -------------------------------------------------------
 
     /// Frees an (already unlinked) node and returns its payload.
-    fn release(&mut self, index: u32) -> T {
+    fn vacate(&mut self, index: u32) -> T {
         let slot = &mut self.nodes.0[index as usize];
         let vacant = Node::Vacant {
             generation: generation(slot).wrapping_add(1),

@@ -11,7 +11,7 @@
 //!   meanwhile (grow, shift a cluster back after a removal). A node freed
 //!   and reused holds a new entry, which a walk may meet or not.
 //! * A node holds an entry exactly when its `prev` is not `VACANT` (the
-//!   slab invariant on `Wheel`); that is the only test made before reading
+//!   slab invariant on `Entries`); that is the only test made before reading
 //!   a node's `kv`.
 //! * Reads take `&self` (the caller holds the shard's read lock) and run
 //!   only the caller's closure, which clones; [`take_seen`] takes
@@ -30,28 +30,28 @@ impl<K, V> Shard<K, V> {
     /// must be below the slab's length.
     #[inline]
     pub(crate) fn expires_at(&self, index: u32) -> u64 {
-        self.wheel.slab.live_until(index)
+        self.entries.slab.live_until(index)
     }
 
     /// The 32 hash bits of the key in node `index` (vacant or not), which
     /// must be below the slab's length.
     #[inline]
     pub(crate) fn hash_bits(&self, index: u32) -> u32 {
-        self.wheel.slab.nodes.hash(index)
+        self.entries.slab.nodes.hash(index)
     }
 
     /// One past the highest slab index: every entry's index is below it.
     #[inline]
     pub(crate) fn slab_len(&self) -> u32 {
         // At most `MAX_NODES`, which fits.
-        self.wheel.slab.nodes.len() as u32
+        self.entries.slab.nodes.len() as u32
     }
 
     /// The key and value in node `index`, live or past its deadline;
     /// `None` for a vacant node or an index past the slab.
     #[inline]
     pub(crate) fn held(&self, index: u32) -> Option<&(K, V)> {
-        let (node, _) = self.wheel.slab.nodes.get(index as usize)?;
+        let (node, _) = self.entries.slab.nodes.get(index as usize)?;
         if node.prev.load(Ordering::Relaxed) == VACANT {
             return None;
         }
@@ -134,7 +134,7 @@ impl<K, V> Shard<K, V> {
     /// [`Changes`]: super::Changes
     pub(crate) fn take_seen(&mut self, index: u32, h32: u32, now: u64) -> Option<Removed<K, V>> {
         self.held(index)?;
-        if self.wheel.slab.nodes.hash(index) != h32 {
+        if self.entries.slab.nodes.hash(index) != h32 {
             return None;
         }
         let door = if now <= self.expires_at(index) {

@@ -1,0 +1,263 @@
+//! Where values leave the map: event routing (publish to subscribers, hand
+//! back to the caller, or drop) after the shard lock is released, and
+//! the bulk doors (`clear`, shutdown at drop).
+//!
+//! Runs user code (`Drop`, `V::clone` of a notification copy) only with
+//! no lock held, and never lets a panic in it cut a batch short
+//! (`crate::unwind`).
+
+use super::shard::{self, Door, Removed, Shard};
+use super::{Cause, EVICT_BATCH, Event, ExpireMap, Inner};
+use crate::broadcast::{self, SubscribeError};
+use crate::clock::Time;
+use crate::sync::{self, AtomicBool, Ordering, RwLock};
+use crate::unwind::Panics;
+use std::hash::{BuildHasher, Hash};
+
+/// The lazily created event ring.
+pub(super) struct Events<K, V> {
+    /// Set (never cleared) once a sender exists: a single load keeps the
+    /// unsubscribed map free of any event work.
+    created: AtomicBool,
+    sender: RwLock<Option<broadcast::Sender<Event<K, V>>>>,
+}
+
+impl<K, V> Events<K, V>
+where
+    K: Send + Sync,
+    V: Send + Sync,
+{
+    /// No ring yet: the first subscriber creates it.
+    pub(super) fn new() -> Self {
+        Self {
+            created: AtomicBool::new(false),
+            sender: RwLock::new(None),
+        }
+    }
+
+    /// A new reader of the ring, which the first call creates with
+    /// `capacity` slots and room for `max` readers (validated by the
+    /// builder).
+    pub(super) fn subscribe(
+        &self,
+        capacity: usize,
+        max: usize,
+    ) -> Result<broadcast::Receiver<Event<K, V>>, SubscribeError> {
+        if let Some(s) = sync::read_recursive(&self.sender).as_ref() {
+            return s.subscribe();
+        }
+        let mut slot = self.sender.write();
+        let sender = match slot.as_ref() {
+            Some(s) => s,
+            None => {
+                let s = broadcast::Sender::new(capacity, max)
+                    .expect("capacity and max_subscribers were validated by the builder");
+                self.created.store(true, Ordering::Release);
+                slot.insert(s)
+            }
+        };
+        sender.subscribe()
+    }
+
+    /// A sender to publish with, if an event published now would reach
+    /// someone. It is a clone, so no lock is held while sending: `send` may
+    /// drop old events (user `Drop`), which may drop the last map handle,
+    /// whose shutdown takes this slot's write lock on the same thread.
+    #[inline]
+    pub(super) fn live_sender(&self) -> Option<broadcast::Sender<Event<K, V>>> {
+        if !self.created.load(Ordering::Acquire) {
+            return None;
+        }
+        sync::read_recursive(&self.sender)
+            .as_ref()
+            .filter(|s| s.receiver_count() > 0)
+            .cloned()
+    }
+}
+
+impl<K, V, S> Drop for ExpireMap<K, V, S> {
+    fn drop(&mut self) {
+        let inner = &*self.inner;
+        if let Some(key) = self.watch_key.take() {
+            inner.clock.clock().unwatch(key);
+        }
+        if let Some(handle) = self.evictor.take() {
+            inner.signal.shutdown();
+            // The last handle may be dropped by user code running on the
+            // eviction thread itself (a value's `Drop`): never join there.
+            if handle.thread().id() != sync::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+        (inner.finish)(inner);
+    }
+}
+
+impl<K, V, S> Inner<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// Hands a value that left by `old.door` to that door: returns it
+    /// (`Removed`, `Replaced`) or publishes it (`Expired`), publishing a
+    /// notification copy of returned values if `publish_removals` is on.
+    /// Runs after the shard lock is released.
+    ///
+    /// Never unwinds: a panic in user code on the way (the `Drop` of an old
+    /// event the publication overwrites, of a value nobody is subscribed
+    /// to receive, or `V::clone` of the notification copy) is caught and
+    /// dropped, so that the call it serves still returns its value (see
+    /// "Panics" in the crate docs).
+    pub(super) fn leave(&self, old: Removed<K, V>, now: u64) -> Option<V> {
+        let mut panics = Panics::new();
+        let r = match old.door {
+            door @ (Door::Expired | Door::Size) => {
+                if door == Door::Size {
+                    self.size_evicted.fetch_add(1, Ordering::Relaxed);
+                }
+                match self.events.live_sender() {
+                    Some(s) => {
+                        let cause = if door == Door::Size {
+                            Cause::Size
+                        } else {
+                            Cause::Expired
+                        };
+                        let event = Event::new(old.key, old.value, cause, old.deadline, now);
+                        panics.run(move || s.send(event));
+                    }
+                    None => {
+                        panics.run(move || drop(old));
+                    }
+                }
+                None
+            }
+            door => {
+                if !self.config.publish_removals {
+                    return Some(old.value);
+                }
+                if let Some(s) = self.events.live_sender() {
+                    let cause = if door == Door::Removed {
+                        Cause::Removed
+                    } else {
+                        Cause::Replaced
+                    };
+                    let Removed {
+                        key,
+                        value,
+                        deadline,
+                        ..
+                    } = old;
+                    panics.run(|| {
+                        s.send(Event::new(key, value.clone(), cause, deadline, now));
+                    });
+                    panics.forget();
+                    return Some(value);
+                }
+                Some(old.value)
+            }
+        };
+        panics.forget();
+        r
+    }
+
+    /// [`leave`](Self::leave) for each entry a put pushed out. Cold: only
+    /// a bounded map's full shards push anything out.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn leave_all(&self, out: shard::Out<K, V>, now: u64) {
+        for r in out {
+            self.leave(r, now);
+        }
+    }
+
+    /// Publishes (or drops) every entry of a shard taken out of the map, in
+    /// batches, outside every lock. Entries past their deadline leave as
+    /// `Expired`; live ones as `live` (`Removed` for `clear`, `Shutdown` at
+    /// drop), published only if that cause is enabled. A panicking `Drop`
+    /// (of a value, or of an old event a publication displaces) is kept in
+    /// `panics` and the drain goes on: every entry leaves by its door.
+    pub(super) fn drain_shard(
+        &self,
+        shard: Shard<K, V>,
+        now: u64,
+        live: Cause,
+        panics: &mut Panics,
+    ) {
+        let sender = self.events.live_sender();
+        let publish_live = match live {
+            Cause::Shutdown => self.config.notify_on_shutdown,
+            _ => self.config.publish_removals,
+        };
+        let mut batch = Vec::with_capacity(if sender.is_some() { EVICT_BATCH } else { 0 });
+        shard.drain(|e| {
+            let expired = now > e.deadline;
+            match &sender {
+                Some(sender) if expired || publish_live => {
+                    let cause = if expired { Cause::Expired } else { live };
+                    batch.push(Event::new(e.key, e.value, cause, e.deadline, now));
+                    if batch.len() == EVICT_BATCH {
+                        panics.run(|| sender.send_batch(batch.drain(..)));
+                    }
+                }
+                _ => {
+                    panics.run(move || drop(e));
+                }
+            }
+        });
+        if let Some(sender) = sender {
+            panics.run(|| sender.send_batch(batch));
+        }
+    }
+
+    /// Runs once, when the map is dropped (after the thread has stopped, or
+    /// on the thread itself): publishes what is still held if asked and
+    /// someone listens, then closes the ring so subscribers drain and see
+    /// `Closed`. A panicking `Drop` on the way stops nothing; the first is
+    /// resumed at the end (dropped instead on a thread already unwinding).
+    pub(super) fn shutdown(&self) {
+        let mut panics = Panics::new();
+        for shard in self.shards.iter() {
+            let (taken, now) = self.take_all(shard);
+            self.drain_shard(taken, now, Cause::Shutdown, &mut panics);
+        }
+        let sender = self.events.sender.write().take();
+        panics.run(move || drop(sender));
+        panics.resume();
+    }
+
+    /// Takes every entry out of `shard`, with the time read under its lock:
+    /// the time that decides which of them leave as `Expired`.
+    pub(super) fn take_all(&self, shard: &RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
+        let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), Time::now);
+        // A write of every key: loads in flight lose to it.
+        guard.flights.iter().for_each(|f| f.touch());
+        (guard.take_all(now), now)
+    }
+
+    /// Publishes or drops a batch of evicted entries, outside every lock;
+    /// a panicking `Drop` is kept in `panics`, and the batch still leaves
+    /// whole.
+    pub(super) fn leave_evicted(
+        &self,
+        batch: &mut Vec<Removed<K, V>>,
+        now: u64,
+        panics: &mut Panics,
+    ) {
+        // Every evicted deadline is below `now` (see `Shard::evict`).
+        let Some(late) = batch.iter().map(|r| now - r.deadline).max() else {
+            return;
+        };
+        self.max_lateness.fetch_max(late, Ordering::Relaxed);
+        match self.events.live_sender() {
+            // One wake-up of parked subscribers per batch, not per event.
+            Some(s) => {
+                let events = batch
+                    .drain(..)
+                    .map(|r| Event::new(r.key, r.value, Cause::Expired, r.deadline, now));
+                panics.run(|| s.send_batch(events));
+            }
+            None => panics.drop_each(batch.drain(..)),
+        }
+    }
+}

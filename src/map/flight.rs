@@ -1,0 +1,426 @@
+//! One flight per key: the loads of `ExpireMap::get_or_insert_with` and
+//! the updates of `ExpireMap::update` in flight, and how other callers wait
+//! for them. The loading calls themselves are in `load`.
+//!
+//! # Protocol
+//!
+//! * Each shard keeps the [`Flight`]s of its keys in `Shard::flights`,
+//!   changed only under the shard's write lock. A flight is found by its
+//!   key: the 64-bit hash first, then the user's `Eq` (the one user code a
+//!   lookup runs under a lock anyway). Two keys whose hashes collide have
+//!   flights of their own.
+//! * A caller that misses takes the write lock, looks the key up again
+//!   (a value put meanwhile is returned), then either finds the key's
+//!   flight and waits for it (after unlocking), or registers one and runs
+//!   its `init` (or `f`) with no lock held. Its [`FlightGuard`] ends the
+//!   flight when dropped, however `init` ends (a value, an error, a panic):
+//!   it unregisters it under the write lock, then records the outcome and
+//!   wakes every waiter. So a waiter that wakes finds the key free.
+//! * **Waiting** is parking on the flight's condition variable for a
+//!   blocking caller, or, for an async caller, a waker registered in the
+//!   flight's state under its mutex (the guard takes the wakers out and
+//!   wakes them after setting the outcome under the same mutex, so a
+//!   waker registered as the flight ends is either woken or sees the end).
+//!   Blocking and async callers of one key share one flight. An async
+//!   loader's guard lives in its future: dropping the future (cancelling
+//!   it) ends the flight with no value, and a waiter loads next.
+//! * **Outcomes**: a value (waiters take a clone), an error (waiters whose
+//!   call returns the same error type take a clone; the others load), or
+//!   nothing (a panic, a cancellation, an update: waiters look again).
+//! * **Loads** lose to writes: every write of a key (`put`, `remove`,
+//!   `put_if_absent`, `replace`, `expire`, `retain`'s removal; every key
+//!   for `clear`) marks a load of that key as *touched* under the write
+//!   lock, and the loader stores its value under the same lock only if its
+//!   load is untouched. Waiters of a load take its value (a clone).
+//! * **Updates** go first: a write of a key whose update is in flight
+//!   waits (after unlocking) for the update to end, then writes. So an
+//!   update's `f` runs exactly once, on the value its commit replaces
+//!   (eviction, the capacity bound and `clear` do not wait: an entry may
+//!   still expire or be pushed out meanwhile).
+//! * **Waiting never hangs on a cycle.** Before parking, a caller records
+//!   in one process-wide graph which thread's flight it waits for, and
+//!   follows the graph from there: if it leads back to a flight run by the
+//!   calling thread (an `init` that asks for its own key, or two `init`s
+//!   each asking for the other's key), the caller panics, naming the
+//!   threads, instead of parking for ever.
+
+use super::shard::Shard;
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
+use std::any::Any;
+use std::borrow::Borrow;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+/// What a flight is doing for its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `get_or_insert_with`: waiters share its value.
+    Load,
+    /// `update`: writes of the key wait for it.
+    Update,
+}
+
+/// One key's load or update in flight.
+pub(crate) struct Flight<K, V> {
+    pub(crate) key: K,
+    pub(crate) hash: u64,
+    pub(crate) kind: Kind,
+    state: Mutex<State<V>>,
+    ended: Condvar,
+    /// A write of this key happened during the load. Set and read under the
+    /// shard's write lock.
+    touched: AtomicBool,
+    /// The thread running it, for the wait graph; `None` for an async
+    /// load, whose task may move between threads and parks none.
+    runner: Option<thread::ThreadId>,
+    /// The runner's name, for the panic that names a cycle.
+    runner_name: Option<String>,
+    /// Set once it ended: the wait graph reads it without any loom-modelled
+    /// operation (see `sync::unmodeled`).
+    over: unmodeled::Arc<unmodeled::AtomicBool>,
+}
+
+enum State<V> {
+    /// With the wakers of the async callers waiting for it.
+    Running(Vec<Waker>),
+    Done(V),
+    /// A load whose `init` failed: its error, for the waiters whose call
+    /// returns the same error type (see [`Ended::Failed`]).
+    Failed(SharedError),
+    /// An update that ended, or a load that panicked or was cancelled.
+    Ended,
+}
+
+/// A failed load's error, shared by its waiters: each whose call returns
+/// the same error type gets a clone. A std `Arc` in every build: it only
+/// carries the value (its count orders nothing).
+pub(crate) type SharedError = unmodeled::Arc<dyn Any + Send + Sync>;
+
+/// How a flight ended, as a waiter sees it.
+pub(crate) enum Ended<V> {
+    /// A load's value (a clone).
+    Value(V),
+    /// A load's `init` failed with this error.
+    Failed(SharedError),
+    /// An update ended, or a load panicked or was cancelled: look again.
+    Over,
+}
+
+impl<K, V> Flight<K, V> {
+    /// A flight of `key` (hash `hash`) run by the calling thread, or, if
+    /// `task`, by an async task (on no thread in particular).
+    pub(crate) fn new(key: K, hash: u64, kind: Kind, task: bool) -> Self {
+        let me = thread::current();
+        Self {
+            key,
+            hash,
+            kind,
+            state: Mutex::new(State::Running(Vec::new())),
+            ended: Condvar::new(),
+            touched: AtomicBool::new(false),
+            runner: (!task).then(|| me.id()),
+            runner_name: if task {
+                None
+            } else {
+                me.name().map(str::to_owned)
+            },
+            over: unmodeled::Arc::new(unmodeled::AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether a write of this key happened since the load began. Read
+    /// under the shard lock the loader stores under.
+    pub(crate) fn touched(&self) -> bool {
+        self.touched.load(Ordering::Relaxed)
+    }
+
+    /// A write of this key (under the shard's write lock).
+    pub(crate) fn touch(&self) {
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the calling thread runs this flight.
+    pub(crate) fn is_mine(&self) -> bool {
+        self.runner == Some(thread::current().id())
+    }
+}
+
+impl<K, V: Clone> Flight<K, V> {
+    /// Parks until the flight ends. Called with no lock held.
+    ///
+    /// # Panics
+    ///
+    /// If waiting would close a cycle of waits (see the module docs).
+    pub(crate) fn wait(&self) -> Ended<V> {
+        let _edge = graph::Edge::enter(self);
+        let mut state = self.state.lock();
+        loop {
+            if let Some(ended) = Self::ended(&state) {
+                return ended;
+            }
+            self.ended.wait(&mut state);
+        }
+    }
+
+    /// How the flight ended, if it did.
+    fn ended(state: &State<V>) -> Option<Ended<V>> {
+        match state {
+            State::Running(_) => None,
+            State::Done(v) => Some(Ended::Value(v.clone())),
+            State::Failed(e) => Some(Ended::Failed(e.clone())),
+            State::Ended => Some(Ended::Over),
+        }
+    }
+
+    /// Waits for the flight to end without parking the thread: the future
+    /// registers its task's waker with the flight, which wakes it when it
+    /// ends (under the same lock the state is set under, so a flight that
+    /// ends while the waker is being registered is seen by the check that
+    /// comes with it).
+    pub(crate) fn wait_async(&self) -> WaitAsync<'_, K, V> {
+        WaitAsync { flight: self }
+    }
+}
+
+/// The future of [`Flight::wait_async`].
+pub(crate) struct WaitAsync<'a, K, V> {
+    flight: &'a Flight<K, V>,
+}
+
+impl<K, V: Clone> Future for WaitAsync<'_, K, V> {
+    type Output = Ended<V>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ended<V>> {
+        let mut state = self.flight.state.lock();
+        if let Some(ended) = Flight::<K, V>::ended(&state) {
+            return Poll::Ready(ended);
+        }
+        if let State::Running(wakers) = &mut *state {
+            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                wakers.push(cx.waker().clone());
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// The flight of `key` among `flights`, if any.
+#[inline]
+pub(crate) fn find<'a, K, V, Q>(
+    flights: &'a [Arc<Flight<K, V>>],
+    hash: u64,
+    key: &Q,
+) -> Option<&'a Arc<Flight<K, V>>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    flights
+        .iter()
+        .find(|f| f.hash == hash && f.key.borrow() == key)
+}
+
+/// Before a write of `key` under its shard's write lock, with flights in
+/// the shard: marks a load of `key` touched (the write wins), or returns
+/// the update of `key` in flight, which the writer waits for (after
+/// unlocking) before it writes.
+///
+/// # Panics
+///
+/// If the update of `key` is run by the calling thread: its `f` wrote its
+/// own key, which would wait for itself.
+#[cold]
+pub(crate) fn before_write<K, V, Q>(
+    flights: &[Arc<Flight<K, V>>],
+    hash: u64,
+    key: &Q,
+) -> Option<Arc<Flight<K, V>>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    let flight = find(flights, hash, key)?;
+    match flight.kind {
+        Kind::Load => {
+            flight.touch();
+            None
+        }
+        Kind::Update => {
+            assert!(
+                !flight.is_mine(),
+                "expiremap: update's f wrote its own key, which would wait for the update itself"
+            );
+            Some(flight.clone())
+        }
+    }
+}
+
+/// Ends a flight when dropped: unregisters it from its shard (under the
+/// shard's write lock), then records the value given to
+/// [`done`](Self::done) (none: it failed, unwound, or was an update) and
+/// wakes every waiter.
+pub(crate) struct FlightGuard<'a, K, V> {
+    pub(crate) flight: Arc<Flight<K, V>>,
+    value: Option<V>,
+    error: Option<SharedError>,
+    /// The lock of the shard the flight is registered in.
+    lock: &'a RwLock<Shard<K, V>>,
+}
+
+impl<'a, K, V> FlightGuard<'a, K, V> {
+    /// Guards `flight`, which the caller has just registered in the shard
+    /// behind `lock`.
+    pub(crate) fn new(flight: Arc<Flight<K, V>>, lock: &'a RwLock<Shard<K, V>>) -> Self {
+        Self {
+            flight,
+            value: None,
+            error: None,
+            lock,
+        }
+    }
+
+    /// The load succeeded with `value` (handed to the waiters at drop).
+    pub(crate) fn done(&mut self, value: V) {
+        self.value = Some(value);
+    }
+
+    /// The load failed with `error` (shared with the waiters at drop).
+    pub(crate) fn failed(&mut self, error: SharedError) {
+        self.error = Some(error);
+    }
+}
+
+impl<K, V> Drop for FlightGuard<'_, K, V> {
+    fn drop(&mut self) {
+        let mut shard = self.lock.write();
+        let at = shard
+            .flights
+            .iter()
+            .position(|f| Arc::ptr_eq(f, &self.flight));
+        // This guard holds another handle: no key is dropped under the lock.
+        let registered = at.map(|i| shard.flights.swap_remove(i));
+        drop(shard);
+        drop(registered);
+        let mut state = self.flight.state.lock();
+        let ended = match (self.value.take(), self.error.take()) {
+            (Some(v), _) => State::Done(v),
+            (None, Some(e)) => State::Failed(e),
+            (None, None) => State::Ended,
+        };
+        let waiting = std::mem::replace(&mut *state, ended);
+        drop(state);
+        self.flight.over.store(true, unmodeled::Ordering::SeqCst);
+        self.flight.ended.notify_all();
+        if let State::Running(wakers) = waiting {
+            wakers.into_iter().for_each(Waker::wake);
+        }
+    }
+}
+
+/// The process-wide graph of waits: which thread waits for a flight run by
+/// which thread. One mutex held only for a walk of a few edges; only the
+/// slow path (a caller that waits) touches it.
+mod graph {
+    use super::{Flight, thread, unmodeled};
+
+    struct Link {
+        waiter: thread::ThreadId,
+        runner: Option<thread::ThreadId>,
+        runner_name: Option<String>,
+        over: unmodeled::Arc<unmodeled::AtomicBool>,
+    }
+
+    static WAITS: unmodeled::Mutex<Vec<Link>> = unmodeled::Mutex::new(Vec::new());
+
+    fn waits() -> unmodeled::MutexGuard<'static, Vec<Link>> {
+        WAITS
+            .lock()
+            .unwrap_or_else(unmodeled::PoisonError::into_inner)
+    }
+
+    fn name(id: thread::ThreadId, name: Option<&str>) -> String {
+        match name {
+            Some(n) => format!("'{n}' ({id:?})"),
+            None => format!("{id:?}"),
+        }
+    }
+
+    /// The calling thread's wait, recorded while it lasts.
+    pub(super) struct Edge(thread::ThreadId);
+
+    impl Edge {
+        /// Records that the calling thread waits for `flight`.
+        ///
+        /// # Panics
+        ///
+        /// If the chain of waits from `flight` leads back to a flight that
+        /// the calling thread runs. Every link of such a chain is a thread
+        /// parked until a flight ends whose runner is parked in turn, and
+        /// the last flight's runner is the calling thread, which is inside
+        /// that flight (its `over` is unset): none can end. A link whose
+        /// flight is `over` ends the walk, so a wait that is already
+        /// ending is never taken for a cycle.
+        pub(super) fn enter<K, V>(flight: &Flight<K, V>) -> Self {
+            let me = thread::current().id();
+            let mut waits = waits();
+            let mut runner = flight.runner;
+            let mut runner_name = flight.runner_name.clone();
+            let mut over = flight.over.clone();
+            let mut chain = String::new();
+            // Each thread waits for one flight at a time: a walk longer
+            // than the graph has left it.
+            for _ in 0..=waits.len() {
+                if over.load(unmodeled::Ordering::SeqCst) {
+                    break;
+                }
+                let Some(runner_id) = runner else {
+                    // An async load parks no thread: no cycle through it.
+                    break;
+                };
+                if runner_id == me {
+                    drop(waits);
+                    let me = name(me, thread::current().name());
+                    if chain.is_empty() {
+                        panic!(
+                            "expiremap: get_or_insert_with's init (or update's f) asked \
+                             the map for its own key, which would wait for itself \
+                             (thread {me})"
+                        );
+                    }
+                    panic!(
+                        "expiremap: a cycle of loads or updates would wait for ever: \
+                         thread {me} waits for a key whose init (or f) runs on thread \
+                         {chain}, which waits for a key whose init (or f) runs on \
+                         thread {me}"
+                    );
+                }
+                if !chain.is_empty() {
+                    chain.push_str(", which waits for a key whose init (or f) runs on thread ");
+                }
+                chain.push_str(&name(runner_id, runner_name.as_deref()));
+                let Some(next) = waits.iter().find(|l| l.waiter == runner_id) else {
+                    break;
+                };
+                (runner, runner_name, over) =
+                    (next.runner, next.runner_name.clone(), next.over.clone());
+            }
+            waits.push(Link {
+                waiter: me,
+                runner: flight.runner,
+                runner_name: flight.runner_name.clone(),
+                over: flight.over.clone(),
+            });
+            Edge(me)
+        }
+    }
+
+    impl Drop for Edge {
+        fn drop(&mut self) {
+            let mut waits = waits();
+            if let Some(i) = waits.iter().position(|l| l.waiter == self.0) {
+                waits.swap_remove(i);
+            }
+        }
+    }
+}

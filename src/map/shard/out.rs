@@ -1,0 +1,103 @@
+//! What leaves a shard: [`Removed`] entries tagged with their [`Door`],
+//! collected in a [`Sink`] for the map to publish or drop after it
+//! releases the shard lock (`map::doors`), and a put's [`PutOutcome`].
+//!
+//! Plain data; nothing here drops a user value (the map does, unlocked).
+
+/// Why an entry left the shard. Mirrors the public `Cause` for the doors a
+/// shard operation can open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Door {
+    /// Past its deadline when it left.
+    Expired,
+    /// Explicitly removed (or cleared) while live.
+    Removed,
+    /// Overwritten by `put` while live.
+    Replaced,
+    /// Pushed out by the capacity bound, or refused by it.
+    Size,
+}
+
+/// Where a shard operation puts the entries that leave it.
+pub(crate) trait Sink<K, V> {
+    fn push(&mut self, r: Removed<K, V>);
+    fn len(&self) -> usize;
+}
+
+impl<K, V> Sink<K, V> for Vec<Removed<K, V>> {
+    #[inline]
+    fn push(&mut self, r: Removed<K, V>) {
+        Vec::push(self, r);
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// The entries one `put` pushes out: usually none or one, kept inline, so
+/// a put into a full shard does not allocate; more go to a `Vec`.
+pub(crate) struct Out<K, V> {
+    pub(super) first: Option<Removed<K, V>>,
+    pub(super) rest: Vec<Removed<K, V>>,
+}
+
+impl<K, V> Out<K, V> {
+    pub(crate) fn new() -> Self {
+        Self {
+            first: None,
+            rest: Vec::new(),
+        }
+    }
+
+    /// Nothing was pushed.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+}
+
+impl<K, V> Sink<K, V> for Out<K, V> {
+    #[inline]
+    fn push(&mut self, r: Removed<K, V>) {
+        if self.first.is_none() {
+            self.first = Some(r);
+        } else {
+            self.rest.push(r);
+        }
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+}
+
+impl<K, V> IntoIterator for Out<K, V> {
+    type Item = Removed<K, V>;
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<Removed<K, V>>, std::vec::IntoIter<Removed<K, V>>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
+/// An entry that left the shard, to be published or dropped after unlock.
+pub(crate) struct Removed<K, V> {
+    pub(crate) key: K,
+    pub(crate) value: V,
+    pub(crate) deadline: u64,
+    pub(crate) door: Door,
+}
+
+/// Result of [`Shard::put`].
+pub(crate) enum PutOutcome<K, V> {
+    /// A new entry; nothing left the shard.
+    Inserted,
+    /// An existing entry was overwritten; its old value left by `door`
+    /// (`Replaced` if it was live, `Expired` if it was past its deadline).
+    /// `key` is the caller's key (equal to the stored one, which stays).
+    Overwrote(Removed<K, V>),
+    /// The key was absent and the bound refused the new entry: it is in
+    /// `out`, as `Size`.
+    Refused,
+}

@@ -1,0 +1,190 @@
+//! The write path beside the plain `put`: the shard write lock taken with
+//! a key's flight in mind (`write_key`), the conditional and bounded put
+//! (`put_slow`), and when a write wakes the eviction thread.
+
+use super::flight;
+use super::shard::{self, PutOutcome, Shard};
+use super::{ExpireMap, Inner, nanos};
+use crate::clock::Time;
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::ops::Not;
+use std::time::Duration;
+
+/// When `put_slow` stores.
+pub(super) enum PutIf<'a, K, V> {
+    Always,
+    /// No live entry for the key.
+    Absent,
+    /// A live entry for the key.
+    Live,
+    /// No write touched the key since this load began.
+    Untouched(&'a flight::Flight<K, V>),
+    /// The commit of an `update` (the key's writes wait for it, so its
+    /// entry changed only by leaving). `keep`: store with this write
+    /// deadline (the entry's) instead of the TTL, only if the entry read
+    /// (live until `live_until`) has not expired since.
+    Commit {
+        keep: Option<u64>,
+        live_until: Option<u64>,
+    },
+}
+
+/// `put_slow`'s `Commit` condition failed: the entry expired since.
+pub(super) struct Stale;
+
+impl<K, V, S> ExpireMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// [`put`](Self::put) into a bounded map, and the conditional puts
+    /// into any map: the weigher runs first (no lock held), and what the
+    /// bound pushes out is published or dropped after the lock is released.
+    /// Apart from the unbounded `put`, which pays nothing for it.
+    #[inline(never)]
+    pub(super) fn put_slow(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        cond: PutIf<'_, K, V>,
+    ) -> Result<Option<V>, Stale> {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(&key);
+        let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
+        // Declared before the lock guard, so that if the user's `Eq` panics
+        // in the probe, the key and value, and anything the bound pushed out,
+        // are dropped after the guard: outside the lock.
+        let mut kv = Some((key, value));
+        let mut out = shard::Out::new();
+        let (outcome, kick, now) = {
+            let key = &kv.as_ref().expect("just set").0;
+            // A load's store and an update's commit are the writes their
+            // key's own flight is waiting for.
+            let own = matches!(cond, PutIf::Commit { .. } | PutIf::Untouched(_));
+            let (mut shard, now) = inner.write_key(hash, key, own);
+            match cond {
+                PutIf::Always => {}
+                PutIf::Absent => {
+                    if let Some(live) = shard.live_value(hash, key, now) {
+                        return Ok(Some(live.clone()));
+                    }
+                }
+                PutIf::Live => {
+                    if shard.live_value(hash, key, now).is_none() {
+                        return Ok(None);
+                    }
+                }
+                // A write during the load wins (see `load`).
+                PutIf::Untouched(load) if load.touched() => return Ok(None),
+                PutIf::Untouched(_) => {}
+                // Kept a deadline that has passed since: nothing to store.
+                PutIf::Commit {
+                    keep: Some(_),
+                    live_until: Some(d),
+                } if now > d => return Err(Stale),
+                PutIf::Commit { .. } => {}
+            }
+            let deadline = match cond {
+                PutIf::Commit { keep: Some(d), .. } => d,
+                _ => now.saturating_add(nanos(ttl)),
+            };
+            let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
+            let kick = matches!(outcome, PutOutcome::Refused)
+                .not()
+                .then(|| inner.needs_kick(&shard, inner.timer_of(deadline, now)))
+                .flatten();
+            (outcome, kick, now)
+        };
+        self.kick_if(kick);
+        if !out.is_empty() {
+            inner.leave_all(out, now);
+        }
+        Ok(match outcome {
+            PutOutcome::Inserted | PutOutcome::Refused => None,
+            PutOutcome::Overwrote(old) => inner.leave(old, now),
+        })
+    }
+
+    /// Wakes the eviction thread (if any) to plan again. After unlocking.
+    #[inline]
+    pub(super) fn kick_if(&self, kick: Option<u64>) {
+        if let (Some(at), Some(_)) = (kick, &self.evictor) {
+            self.inner.signal.kick(at);
+        }
+    }
+}
+
+impl<K, V, S> Inner<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// The write lock of `hash`'s shard and the exact time, for the
+    /// operations that change a shard.
+    #[inline(always)]
+    pub(super) fn write_now(
+        &self,
+        hash: u64,
+    ) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64) {
+        // The home slot is only a hint here: the write may grow the table.
+        let (guard, _, now) = self.around(hash, |l| l.write(), |s| s.start(hash), Time::now);
+        (guard, now)
+    }
+
+    /// The write lock of `key`'s shard (hash `hash`) and the exact time,
+    /// for a write of `key`: a load of `key` in flight loses to the write
+    /// (it is marked), and an update of `key` in flight is waited for
+    /// ([`Flight::wait`](flight::Flight::wait)) with the lock released, then
+    /// the lock is taken again. One predictable branch when nothing is in
+    /// flight in the shard. `own`: the write is the one the key's own flight
+    /// waits to make (a load's store, an update's commit): no check.
+    #[inline(always)]
+    pub(super) fn write_key<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        own: bool,
+    ) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        loop {
+            let (shard, now) = self.write_now(hash);
+            if own || shard.flights.is_empty() {
+                return (shard, now);
+            }
+            match flight::before_write(&shard.flights, hash, key) {
+                None => return (shard, now),
+                Some(update) => {
+                    drop(shard);
+                    update.wait();
+                }
+            }
+        }
+    }
+
+    /// Where the timer of an entry written at `now` with write deadline
+    /// `deadline` goes: with idle expiry, no later than `now + idle`.
+    #[inline]
+    pub(super) fn timer_of(&self, deadline: u64, now: u64) -> u64 {
+        match self.config.idle {
+            Some(idle) => deadline.min(now.saturating_add(idle)),
+            None => deadline,
+        }
+    }
+
+    /// Called under the shard's write lock after a deadline was set: does the
+    /// eviction thread need a kick, and for when? (See the protocol in
+    /// `evictor`.)
+    #[inline]
+    pub(super) fn needs_kick(&self, shard: &Shard<K, V>, deadline: u64) -> Option<u64> {
+        shard
+            .evictable_at(deadline)
+            .filter(|&at| self.signal.needs_kick(at))
+    }
+}
