@@ -153,13 +153,17 @@
 //!
 //! Every value pushed out, and every new value refused, leaves as
 //! [`Cause::Size`], published by default; conservation holds as for every
-//! other door. The bound is split evenly over the shards, each of which
-//! holds its share under its own lock, so `len()` never exceeds the bound
-//! at any moment (a put into a full shard may push out an entry while other
-//! shards have room). With `shards(1)` a new key is stored whenever the map
-//! holds fewer than `n` entries. An overwrite pushes out other entries
-//! only if its weight grew; an entry heavier than its shard's share of the
-//! weight is refused.
+//! other door. The bound holds for the map as a whole, not per shard: a
+//! new entry (or the weight an overwrite adds) is reserved in one
+//! map-wide budget before it is stored, so the entries held never exceed
+//! the bound at any moment, and a new key is stored whenever the map holds
+//! less than the bound (`n` entries are held once `n` distinct keys were
+//! put, however they hash). When the budget is spent, a put makes room in
+//! its own shard first, and takes it from the other shards, one lock at a
+//! time, when its own has nothing to give. An overwrite pushes out other
+//! entries only if its weight grew; an entry heavier than the whole bound
+//! is refused. [`ExpireMap::weighted_size`] is what the entries held
+//! weigh.
 //!
 //! ```
 //! use expiremap::{Cause, ExpireMap};

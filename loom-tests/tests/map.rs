@@ -1,7 +1,8 @@
 //! loom models of the map's concurrent protocols: the eviction thread's
 //! wake-up, shutdown, remove racing expiry, the last handle dropped on the
 //! eviction thread, two `evict_expired` callers racing a `remove`, the
-//! capacity bound under concurrent puts and eviction,
+//! capacity bound under concurrent puts and eviction, the map-wide bound
+//! taking room from another shard,
 //! `get_or_insert_with`'s hand-off to waiters, racing reads recording
 //! their accesses for idle expiry, reads and updates at an entry's
 //! idle deadline, updates of one key running `f` once each and ordered
@@ -288,6 +289,67 @@ fn the_bound_holds_under_concurrent_puts_and_eviction() {
             causes == [Cause::Shutdown, Cause::Size] || causes == [Cause::Size, Cause::Shutdown],
             "{left:?}"
         );
+    });
+}
+
+/// The map-wide bound across two shards: `max_entries(2)` holds keys `a`
+/// and `b` of shard 0, both expired. One thread puts `e` (shard 0), which
+/// makes room in its own shard; another puts `c` (shard 1, empty), which
+/// must take its room from shard 0 with its own lock released
+/// (`room_elsewhere`), expired entries first. However they interleave
+/// (either may take the room the other made, and go again), both puts
+/// are stored, `a` and `b` leave as `Expired`, and the map holds exactly
+/// two entries.
+#[test]
+fn the_map_wide_bound_takes_room_from_another_shard() {
+    use std::hash::BuildHasher;
+    // The shard a key lands in, as `Inner::shard` picks it (bits 40..).
+    let shard = |k: u32| (Fixed::default().hash_one(k) >> 40) & 1;
+    let of = |s: u64| (10..).filter(move |&k| shard(k) == s);
+    let mut zero = of(0);
+    let (a, b, e) = (
+        zero.next().unwrap(),
+        zero.next().unwrap(),
+        zero.next().unwrap(),
+    );
+    let c = of(1).next().unwrap();
+    model(move || {
+        let clock = ManualClock::new();
+        let map = Arc::new(
+            ExpireMap::<u32, u32>::builder()
+                .hasher(Fixed::default())
+                .clock(clock.clone())
+                .shards(2)
+                .max_entries(2)
+                .background_eviction(false)
+                .event_capacity(8)
+                .max_subscribers(1)
+                .build(),
+        );
+        let mut sub = map.subscribe().unwrap();
+        map.put(a, a, MS);
+        map.put(b, b, MS);
+        clock.advance(2 * MS);
+        let put = |k: u32| {
+            let map = map.clone();
+            thread::spawn(move || assert_eq!(map.put(k, k, Duration::from_secs(3600)), None))
+        };
+        let (t1, t2) = (put(e), put(c));
+        t1.join().unwrap();
+        t2.join().unwrap();
+        assert_eq!(map.iter().count(), 2, "{:?}", map.stats());
+        assert_eq!((map.get(&c), map.get(&e)), (Some(c), Some(e)));
+        drop(Arc::try_unwrap(map).expect("one handle"));
+        let mut left = until_closed(&mut sub);
+        left.sort_unstable();
+        let mut want = vec![
+            (a, Cause::Expired),
+            (b, Cause::Expired),
+            (c, Cause::Shutdown),
+            (e, Cause::Shutdown),
+        ];
+        want.sort_unstable();
+        assert_eq!(left, want);
     });
 }
 

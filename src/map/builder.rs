@@ -133,7 +133,7 @@ pub(crate) struct Config {
 }
 
 /// Weighs an entry for [`Builder::max_weight`]; runs outside every lock.
-pub(crate) type Weigher<K, V> = Arc<dyn Fn(&K, &V) -> u32 + Send + Sync>;
+pub(crate) type Weigher<K, V> = Arc<dyn Fn(&K, &V) -> u64 + Send + Sync>;
 
 /// Configures an [`ExpireMap`]. From [`ExpireMap::builder`].
 ///
@@ -296,9 +296,10 @@ impl<K, V, S> Builder<K, V, S> {
     /// [`Cause::Size`](crate::Cause::Size). `len()` never exceeds `n` once a
     /// call has returned.
     ///
-    /// The bound is split evenly across the shards, and the shard count is
-    /// lowered to at most `n` (a power of two), so that every key can get
-    /// in.
+    /// The bound is the map's, not each shard's: `n` distinct keys put
+    /// into an empty map are all held, however they hash (see
+    /// [Capacity](crate#capacity)). The shard count is lowered to at most
+    /// `n` (a power of two): a map that small needs no more.
     ///
     /// ```
     /// use expiremap::{Cause, ExpireMap};
@@ -306,10 +307,14 @@ impl<K, V, S> Builder<K, V, S> {
     ///
     /// let map = ExpireMap::<u32, u32>::builder().max_entries(100).build();
     /// let mut events = map.subscribe()?;
-    /// for k in 0..1_000 {
+    /// for k in 0..100 {
     ///     map.put(k, k, Duration::from_secs(60));
     /// }
-    /// assert!(map.len() <= 100);
+    /// assert_eq!(map.len(), 100); // every one of them
+    /// for k in 100..1_000 {
+    ///     map.put(k, k, Duration::from_secs(60));
+    /// }
+    /// assert_eq!(map.len(), 100);
     /// let e = events.try_recv()?;
     /// assert_eq!(e.cause, Cause::Size);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -321,19 +326,18 @@ impl<K, V, S> Builder<K, V, S> {
 
     /// Bounds the total weight of the entries to `w`, each weighed by the
     /// [`weigher`](Self::weigher) (or 1 without one). As
-    /// [`max_entries`](Self::max_entries) otherwise; in addition an entry
-    /// heavier than its shard's share of `w` (`w / shards`, so `w` itself
-    /// with `shards(1)`) is never stored: it is published as
-    /// [`Cause::Size`](crate::Cause::Size) at once.
+    /// [`max_entries`](Self::max_entries) otherwise; any entry up to `w`
+    /// may be stored (pushing out others), and an entry heavier than `w` is
+    /// never stored: it is published as [`Cause::Size`](crate::Cause::Size)
+    /// at once.
     ///
     /// ```
     /// use expiremap::ExpireMap;
     /// use std::time::Duration;
     ///
     /// let map = ExpireMap::<u32, String>::builder()
-    ///     .shards(1)
     ///     .max_weight(10)
-    ///     .weigher(|_, v: &String| v.len() as u32)
+    ///     .weigher(|_, v: &String| v.len() as u64)
     ///     .build();
     /// map.put(1, "four".into(), Duration::from_secs(60));
     /// map.put(2, "six!!!".into(), Duration::from_secs(60));
@@ -346,10 +350,11 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
-    /// How much an entry weighs against [`max_weight`](Self::max_weight).
-    /// It runs outside every lock, once per `put`, on the key and value
-    /// being put; the weight is kept with the entry.
-    pub fn weigher(mut self, f: impl Fn(&K, &V) -> u32 + Send + Sync + 'static) -> Self {
+    /// How much an entry weighs against [`max_weight`](Self::max_weight)
+    /// (bytes, say: a `u64`, so that the total can pass 4 GiB). It runs
+    /// outside every lock, once per `put`, on the key and value being put;
+    /// the weight is kept with the entry (8 bytes each).
+    pub fn weigher(mut self, f: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
         self.weigher = Some(Arc::new(f));
         self
     }
@@ -458,7 +463,7 @@ impl<K, V, S> Builder<K, V, S> {
             (n, w) => n.or(w),
         };
         if let Some(b) = bound {
-            // Every shard's share of the bound is at least 1.
+            // A map that small needs no more shards than entries.
             let most = 1usize << b.min(MAX_SHARDS as u64).ilog2();
             shards = shards.min(most);
         }

@@ -101,11 +101,12 @@ pub enum ExpireIf {
 
 use crate::broadcast::SubscribeError;
 use crate::clock::Time;
-use crate::sync::{self, Arc, AtomicU64, CachePadded, Ordering, RwLock};
+use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering, RwLock};
 use crate::unwind::Panics;
 use builder::{Config, Weigher};
 use doors::Events;
 use evictor::Signal;
+use policy::Budget;
 use read::Read;
 use shard::{PutOutcome, Shard};
 use std::borrow::Borrow;
@@ -152,6 +153,16 @@ struct Inner<K, V, S> {
     config: Config,
     signal: Arc<Signal>,
     events: Events<K, V>,
+    /// The capacity bound all shards share, in a bounded map.
+    budget: Option<Arc<Budget>>,
+    /// Where the next `room_elsewhere` starts looking.
+    room_cursor: AtomicUsize,
+    /// In a bounded map, per shard: no entry of it is evictable before this
+    /// time (clock ns; `u64::MAX`: none known). A lower bound, lowered by
+    /// bounded puts and made exact by `room_elsewhere`, each under the
+    /// shard's write lock; read without it, to find expired entries in
+    /// other shards before a full map evicts live ones.
+    due: Box<[CachePadded<AtomicU64>]>,
     evicted: AtomicU64,
     /// Values pushed out (or refused) by the bound.
     size_evicted: AtomicU64,
@@ -208,16 +219,16 @@ where
         weigher: Option<Weigher<K, V>>,
     ) -> Result<Self, BuildError> {
         let now = clock.now();
+        let budget = config.bound.map(|cap| Arc::new(Budget::new(cap)));
         let shift = shard::tick_shift(config.precision);
         let n = config.shards;
         let shards = (0..n)
             .map(|i| {
                 let mut shard = Shard::new(shift, shard::phase(i, n), now);
-                if let Some(bound) = config.bound {
-                    // An even split; the first `bound % n` shards take one
-                    // more. The builder made `n <= bound`, so each gets 1+.
-                    let cap = bound / n as u64 + u64::from((i as u64) < bound % n as u64);
-                    shard = shard.bounded(cap, weigher.is_some());
+                if let Some(budget) = &budget {
+                    // One budget for the map; each shard expects its share.
+                    let share = budget.cap.div_ceil(n as u64);
+                    shard = shard.bounded_by(budget.clone(), share, weigher.is_some());
                 }
                 if let Some(idle) = config.idle {
                     shard = shard.idle(idle);
@@ -237,6 +248,14 @@ where
             config,
             signal: Arc::new(Signal::new()),
             events: Events::new(),
+            due: match &budget {
+                Some(_) => (0..n)
+                    .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
+                    .collect(),
+                None => Box::new([]),
+            },
+            budget,
+            room_cursor: AtomicUsize::new(0),
             evicted: AtomicU64::new(0),
             size_evicted: AtomicU64::new(0),
             max_lateness: AtomicU64::new(0),
@@ -297,7 +316,8 @@ where
         };
         self.kick_if(kick);
         match outcome {
-            PutOutcome::Inserted | PutOutcome::Refused => None,
+            // An unbounded shard neither refuses nor runs out of room.
+            PutOutcome::Inserted | PutOutcome::Refused | PutOutcome::NoRoom { .. } => None,
             PutOutcome::Overwrote(old) => inner.leave(old, now),
         }
     }
@@ -421,6 +441,9 @@ where
             let (mut shard, now) = inner.write_key(hash, key, false);
             let deadline = now.saturating_add(nanos(ttl));
             let timer = shard.touch(hash, key, deadline, now, cond);
+            if timer.is_some() {
+                inner.note_due(hash, shard.evictable_at(deadline));
+            }
             (
                 timer.is_some(),
                 timer.and_then(|t| inner.needs_kick(&shard, t)),
@@ -494,8 +517,43 @@ where
     }
 
     /// Entries held, including those past their deadline but not yet evicted.
+    ///
+    /// The shards are counted one after another, not at one instant; in a
+    /// map bounded by [`max_entries`](Builder::max_entries), whose entries
+    /// never exceed the bound at any instant, the count is capped at the
+    /// bound (an entry counted in one shard may have left it, making room
+    /// for one counted in a later shard).
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| s.read().len()).sum()
+        let n: usize = self.inner.shards.iter().map(|s| s.read().len()).sum();
+        match (&self.inner.budget, &self.inner.weigher) {
+            (Some(b), None) => n.min(usize::try_from(b.cap).unwrap_or(usize::MAX)),
+            _ => n,
+        }
+    }
+
+    /// What the entries held weigh: the sum of their
+    /// [`weigher`](Builder::weigher) weights, or their count in a map
+    /// without a weigher. Like [`len`](Self::len), never above the bound.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map = ExpireMap::<u32, Vec<u8>>::builder()
+    ///     .max_weight(10 << 30) // 10 GiB
+    ///     .weigher(|_, v: &Vec<u8>| v.capacity() as u64)
+    ///     .build();
+    /// map.put(1, vec![0; 1 << 20], Duration::from_secs(60));
+    /// map.put(2, vec![0; 3 << 20], Duration::from_secs(60));
+    /// assert_eq!(map.weighted_size(), 4 << 20);
+    /// ```
+    pub fn weighted_size(&self) -> u64 {
+        let inner = &*self.inner;
+        let Some(budget) = &inner.budget else {
+            return self.len() as u64;
+        };
+        let held: u64 = inner.shards.iter().map(|s| s.read().weight()).sum();
+        held.min(budget.cap)
     }
 
     /// `true` if no entry is held (see [`len`](Self::len)).
@@ -609,10 +667,15 @@ where
 {
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Shard<K, V>> {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    /// The index of `hash`'s shard.
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
         // Bits 40.. pick the shard; the shard's table works from the low 32
         // bits, so the two choices are independent.
-        let i = (hash >> 40) as usize & (self.shards.len() - 1);
-        &self.shards[i]
+        (hash >> 40) as usize & (self.shards.len() - 1)
     }
 
     /// Takes the lock of `hash`'s shard with `lock`, starts loading what

@@ -1,6 +1,19 @@
-//! What a bounded shard keeps to choose what goes when it is full: its
-//! share of the bound, what it holds against it, the CLOCK hand, and a
-//! frequency sketch for admission.
+//! The capacity bound: the map-wide [`Budget`] every shard of a bounded
+//! map draws on, and what each shard keeps to choose what goes when the
+//! budget is spent: what it holds, the CLOCK hand, and a frequency sketch
+//! for admission.
+//!
+//! # One bound for the map
+//!
+//! The bound is not split between the shards: every new entry (or weight
+//! an overwrite adds) is first *reserved* in the [`Budget`], one atomic
+//! counter shared by the shards, and only then stored; an entry that leaves
+//! gives its weight back. So what the shards hold never exceeds the bound,
+//! and a map of `max_entries(n)` holds `n` entries once `n` distinct keys
+//! were put, however they hash. When the budget is spent, a put makes room
+//! in its own shard first (under the lock it holds); if its shard has
+//! nothing to give, it releases its lock and takes the room from the other
+//! shards one lock at a time (`map::write`), never holding two.
 //!
 //! # The policy
 //!
@@ -32,6 +45,62 @@
 //! Plain `&mut self` code like the shard: the shard runs it under its write
 //! lock. Keys are known here only by the 32 hash bits the shard stores with
 //! each entry, so the policy never runs user code.
+
+use crate::sync::{Arc, AtomicU64, Ordering};
+
+/// The map-wide bound: what the shards hold against it plus what puts in
+/// progress have reserved. Shared by every shard of a bounded map.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    /// The bound (entries, or weight).
+    pub(crate) cap: u64,
+    /// Held plus reserved; never above `cap`.
+    used: AtomicU64,
+}
+
+impl Budget {
+    pub(crate) fn new(cap: u64) -> Self {
+        Self {
+            cap,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Reserves `w` if it fits under the bound; `false` (nothing reserved)
+    /// otherwise.
+    pub(crate) fn try_reserve(&self, w: u64) -> bool {
+        let mut cur = self.used.load(Ordering::Relaxed);
+        loop {
+            let Some(next) = cur.checked_add(w).filter(|&n| n <= self.cap) else {
+                return false;
+            };
+            match self
+                .used
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Gives back `w` reserved or held.
+    pub(crate) fn release(&self, w: u64) {
+        let before = self.used.fetch_sub(w, Ordering::AcqRel);
+        debug_assert!(before >= w, "released more than was reserved");
+    }
+
+    /// Whether `w` more would fit now.
+    pub(crate) fn fits(&self, w: u64) -> bool {
+        self.used.load(Ordering::Acquire).saturating_add(w) <= self.cap
+    }
+
+    /// Held plus reserved, now.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+}
 
 /// A count-min sketch of 4-bit counters, 16 to a word, with depth 4 and
 /// conservative increments (only the smallest of a key's counters grow).
@@ -149,21 +218,28 @@ impl Sketch {
 /// A bounded shard's policy state.
 #[derive(Debug)]
 pub(crate) struct Bound {
-    /// This shard's share of the bound (entries, or weight).
+    /// The map's budget; `None` once the shard was taken out of the map
+    /// (`detach`), whose entries then no longer count against it.
+    budget: Option<Arc<Budget>>,
+    /// The bound, the budget's `cap`.
     pub(crate) cap: u64,
-    /// What the shard holds against `cap`: its entries' weights summed (its
-    /// entry count without a weigher).
+    /// The shard's expected share of the bound, which sizes its sketch.
+    share: u64,
+    /// What the shard holds: its entries' weights summed (its entry count
+    /// without a weigher).
     pub(crate) used: u64,
     /// Next slab index the CLOCK hand looks at.
     pub(crate) hand: u32,
     pub(crate) sketch: Sketch,
     /// Each slab index's weight, for weighted maps (vacant indices: 0).
-    pub(crate) weights: Option<Vec<u32>>,
+    pub(crate) weights: Option<Vec<u64>>,
     /// Candidates counted at least [`WARM`] times refused since the last
     /// halving.
     warm_refused: u64,
     /// Entries held (`used` counts weight in a weighted shard).
     entries: u64,
+    /// The sketch grows once `entries` passes this.
+    grow_at: u64,
 }
 
 /// A refused candidate counted at least this often was popular recently.
@@ -175,22 +251,59 @@ pub(crate) struct Bound {
 const WARM: u64 = 15;
 
 impl Bound {
-    pub(crate) fn new(cap: u64, weighted: bool) -> Self {
+    /// A shard's policy over `budget`, expecting about `share` of it.
+    pub(crate) fn new(budget: Arc<Budget>, share: u64, weighted: bool) -> Self {
+        let share = share.clamp(1, budget.cap);
         Self {
-            cap,
+            cap: budget.cap,
+            budget: Some(budget),
+            share,
             used: 0,
             hand: 0,
-            sketch: Sketch::new(cap.min(FIRST_SKETCH)),
+            sketch: Sketch::new(share.min(FIRST_SKETCH)),
             weights: weighted.then(Vec::new),
             warm_refused: 0,
             entries: 0,
+            grow_at: Self::grow_at(share.min(FIRST_SKETCH), share, weighted),
         }
     }
 
-    /// TinyLFU: does a new key with hash bits `candidate` displace the
+    /// The budget and the share, to make another shard like this one.
+    pub(crate) fn config(&self) -> Option<(Arc<Budget>, u64)> {
+        self.budget.clone().map(|b| (b, self.share))
+    }
+
+    /// Reserves `w` in the map's budget (see [`Budget::try_reserve`]).
+    pub(crate) fn try_reserve(&self, w: u64) -> bool {
+        self.budget.as_ref().is_some_and(|b| b.try_reserve(w))
+    }
+
+    /// Gives back `w` reserved and not used.
+    pub(crate) fn release(&self, w: u64) {
+        if let Some(b) = &self.budget {
+            b.release(w);
+        }
+    }
+
+    /// Whether `w` more fits in the map's budget now.
+    pub(crate) fn fits(&self, w: u64) -> bool {
+        self.budget.as_ref().is_some_and(|b| b.fits(w))
+    }
+
+    /// The shard left the map (`clear`, shutdown): its entries stop
+    /// counting against the budget now, all at once, whatever happens to
+    /// them later.
+    pub(crate) fn detach(&mut self) {
+        if let Some(b) = self.budget.take() {
+            b.release(self.used);
+        }
+    }
+
+    /// TinyLFU: does a new key estimated `candidate` times recently (see
+    /// [`Sketch::frequency`]; from its own shard's sketch) displace the
     /// victim with hash bits `victim`?
-    pub(crate) fn admits(&mut self, candidate: u32, victim: u32) -> bool {
-        let c = self.sketch.frequency(candidate);
+    pub(crate) fn admits(&mut self, candidate: u64, victim: u32) -> bool {
+        let c = candidate;
         if c > self.sketch.frequency(victim) {
             return true;
         }
@@ -207,13 +320,12 @@ impl Bound {
     /// The weight recorded for slab index `index`.
     #[inline]
     pub(crate) fn weight(&self, index: u32) -> u64 {
-        self.weights
-            .as_ref()
-            .map_or(1, |w| u64::from(w[index as usize]))
+        self.weights.as_ref().map_or(1, |w| w[index as usize])
     }
 
-    /// Records `weight` for `index`, which now holds an entry.
-    pub(crate) fn add(&mut self, index: u32, weight: u32) {
+    /// Records `weight` for `index`, which now holds an entry. The caller
+    /// reserved the weight in the budget.
+    pub(crate) fn add(&mut self, index: u32, weight: u64) {
         if let Some(w) = &mut self.weights {
             let i = index as usize;
             if w.len() <= i {
@@ -221,30 +333,52 @@ impl Bound {
             }
             w[i] = weight;
         }
-        self.used += u64::from(weight);
+        self.used += weight;
         self.entries += 1;
-        if self.entries > self.sketch.sized_for {
+        if self.entries > self.grow_at {
             self.grow_sketch();
         }
     }
 
-    /// The shard holds more entries than its sketch was sized for: a
-    /// sketch four times larger (at most the shard's share of the bound in
-    /// an unweighted shard, whose entries never exceed it). The counts start
-    /// again from zero, as Caffeine's `ensureCapacity` does; this happens a
-    /// logarithmic number of times as a shard fills.
-    #[cold]
-    fn grow_sketch(&mut self) {
-        let mut want = self.sketch.sized_for.saturating_mul(4);
-        if self.weights.is_none() {
-            want = want.min(self.cap);
-        }
-        if want > self.sketch.sized_for {
-            self.sketch = Sketch::new(want);
+    /// When a sketch sized for `sized_for` grows: once the shard holds
+    /// more than that, except that an unweighted shard's sketch sized for
+    /// its share grows only once the shard holds a quarter more (shards
+    /// hold about their share each, a little over or under, under one
+    /// map-wide bound).
+    fn grow_at(sized_for: u64, share: u64, weighted: bool) -> u64 {
+        if !weighted && sized_for >= share {
+            sized_for.max(share.saturating_add(share / 4))
+        } else {
+            sized_for
         }
     }
 
-    /// `index`'s entry left.
+    /// The shard holds more entries than its sketch was sized for: a
+    /// sketch four times larger (in an unweighted shard, at most its share
+    /// of the bound until it holds more than that, and never more than the
+    /// bound). The counts start again from zero, as Caffeine's
+    /// `ensureCapacity` does; this happens a logarithmic number of times as
+    /// a shard fills.
+    #[cold]
+    fn grow_sketch(&mut self) {
+        let sized = self.sketch.sized_for;
+        let weighted = self.weights.is_some();
+        let mut want = sized.saturating_mul(4);
+        if !weighted {
+            let room = if sized < self.share {
+                self.share
+            } else {
+                self.entries.saturating_mul(2)
+            };
+            want = want.min(room).min(self.cap);
+        }
+        if want > sized {
+            self.sketch = Sketch::new(want);
+        }
+        self.grow_at = Self::grow_at(self.sketch.sized_for, self.share, weighted);
+    }
+
+    /// `index`'s entry left: its weight goes back to the budget.
     pub(crate) fn remove(&mut self, index: u32) {
         let weight = self.weight(index);
         if let Some(w) = &mut self.weights {
@@ -252,15 +386,22 @@ impl Bound {
         }
         self.used -= weight;
         self.entries -= 1;
+        if let Some(b) = &self.budget {
+            b.release(weight);
+        }
     }
 
-    /// `index`'s entry now weighs `weight`.
-    pub(crate) fn reweigh(&mut self, index: u32, weight: u32) {
+    /// `index`'s entry now weighs `weight`. A gain was reserved by the
+    /// caller; a loss goes back to the budget.
+    pub(crate) fn reweigh(&mut self, index: u32, weight: u64) {
         let old = self.weight(index);
         if let Some(w) = &mut self.weights {
             w[index as usize] = weight;
         }
-        self.used = self.used - old + u64::from(weight);
+        self.used = self.used - old + weight;
+        if let (Some(b), true) = (&self.budget, weight < old) {
+            b.release(old - weight);
+        }
     }
 }
 
@@ -331,18 +472,42 @@ mod tests {
 
     #[test]
     fn bound_tracks_weights() {
-        let mut b = Bound::new(100, true);
+        let budget = Arc::new(Budget::new(100));
+        let mut b = Bound::new(budget.clone(), 100, true);
+        assert!(budget.try_reserve(50));
         b.add(3, 40);
         b.add(0, 10);
-        assert_eq!((b.used, b.weight(3)), (50, 40));
+        assert_eq!((b.used, b.weight(3), budget.used()), (50, 40, 50));
         b.reweigh(3, 5);
-        assert_eq!(b.used, 15);
+        assert_eq!((b.used, budget.used()), (15, 15));
         b.remove(0);
-        assert_eq!((b.used, b.weight(0)), (5, 0));
-        let mut c = Bound::new(100, false);
+        assert_eq!((b.used, b.weight(0), budget.used()), (5, 0, 5));
+        b.detach();
+        assert_eq!(budget.used(), 0, "a detached shard gives all back");
+        b.remove(3);
+        assert_eq!((b.used, budget.used()), (0, 0), "and nothing twice");
+        let budget = Arc::new(Budget::new(100));
+        let mut c = Bound::new(budget.clone(), 10, false);
+        assert!(budget.try_reserve(1));
         c.add(9, 1);
         assert_eq!((c.used, c.weight(9)), (1, 1));
         c.remove(9);
-        assert_eq!(c.used, 0);
+        assert_eq!((c.used, budget.used()), (0, 0));
+    }
+
+    #[test]
+    fn budget_reserves_up_to_its_cap() {
+        let b = Budget::new(10);
+        assert!(b.try_reserve(10));
+        assert!(!b.try_reserve(1), "full");
+        assert!(!b.fits(1));
+        b.release(4);
+        assert!(b.fits(4) && !b.fits(5));
+        assert!(!b.try_reserve(5));
+        assert!(b.try_reserve(4));
+        let huge = Budget::new(u64::MAX);
+        assert!(huge.try_reserve(u64::MAX - 1));
+        assert!(!huge.try_reserve(2), "no overflow past the cap");
+        assert!(huge.try_reserve(1));
     }
 }

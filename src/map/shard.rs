@@ -36,7 +36,7 @@
 //! * `out`: what leaves a shard, by which door;
 //! * `iter`: the locked spans iteration and `retain` walk.
 
-use super::policy::Bound;
+use super::policy::{Bound, Budget};
 pub(crate) use super::table::Home;
 use super::table::{Probe, Table};
 use crate::sync::{AtomicU32, Ordering, with_mut_u32};
@@ -51,7 +51,7 @@ mod slab;
 
 use idle::Accesses;
 pub(crate) use idle::Found;
-pub(crate) use out::{Door, Out, PutOutcome, Removed, Sink};
+pub(crate) use out::{Door, Out, PutOutcome, Removed, Room, Sink};
 pub(crate) use slab::Entry;
 use slab::{Entries, MAX_NODES, Nodes, Slab, VACANT};
 
@@ -239,18 +239,38 @@ impl<K, V> Shard<K, V> {
         }
     }
 
-    /// This shard, bounded to `cap` entries (or weight units, if
-    /// `weighted`): see `policy`. For a new, empty shard.
-    pub(crate) fn bounded(mut self, cap: u64, weighted: bool) -> Self {
-        self.entries.bound = Some(Box::new(Bound::new(cap, weighted)));
+    /// This shard, alone under a bound of `cap` entries (or weight units,
+    /// if `weighted`): the shard tests' form of [`bounded_by`](Self::bounded_by).
+    #[cfg(test)]
+    pub(crate) fn bounded(self, cap: u64, weighted: bool) -> Self {
+        let budget = crate::sync::Arc::new(Budget::new(cap));
+        self.bounded_by(budget, cap, weighted)
+    }
+
+    /// This shard, one of those sharing the map-wide `budget` (entries, or
+    /// weight units if `weighted`), expecting about `share` of it: see
+    /// `policy`. For a new, empty shard.
+    pub(crate) fn bounded_by(
+        mut self,
+        budget: crate::sync::Arc<Budget>,
+        share: u64,
+        weighted: bool,
+    ) -> Self {
+        let cap = budget.cap;
+        self.entries.bound = Some(Box::new(Bound::new(budget, share, weighted)));
         if !weighted {
-            // At most `cap` entries: a table that need not grow up to a
-            // moderate share (3/4 full when the shard is), then grows as an
-            // unbounded one does, so that a huge bound does not allocate up
-            // front what it may never use; and a slab whose last chunk is no
-            // larger than needed.
-            self.table = Table::with_capacity(cap.min(PRESIZED_TABLE) as usize);
-            self.entries.slab.nodes.limit = usize::try_from(cap).unwrap_or(usize::MAX);
+            // At most `cap` entries, about `share` of them here: a full
+            // map's shards hold their share give or take a few standard
+            // deviations. A table sized for a moderate share with room for
+            // that (1/64 more and 64 spare; 3/4 full when the shard holds
+            // it) that grows as an unbounded one does past it, so that a
+            // huge bound does not allocate up front what it may never use;
+            // and a slab whose last chunk is no larger than about the
+            // share (a hint: a chunk past it grows like a `Vec`).
+            let most = share.saturating_add(share / 64 + 64).min(cap);
+            self.table = Table::with_capacity(most.min(PRESIZED_TABLE) as usize);
+            let about = share.saturating_add(share / 256 + 16).min(cap);
+            self.entries.slab.nodes.limit = usize::try_from(about).unwrap_or(usize::MAX);
         }
         self
     }
@@ -263,13 +283,18 @@ impl<K, V> Shard<K, V> {
         self
     }
 
-    /// This shard's bound and whether it is weighted, to make another like
-    /// it.
-    fn bound_config(&self) -> Option<(u64, bool)> {
-        self.entries
-            .bound
-            .as_ref()
-            .map(|b| (b.cap, b.weights.is_some()))
+    /// This shard's budget, share and whether it is weighted, to make
+    /// another like it.
+    fn bound_config(&self) -> Option<(crate::sync::Arc<Budget>, u64, bool)> {
+        let b = self.entries.bound.as_ref()?;
+        let (budget, share) = b.config()?;
+        Some((budget, share, b.weights.is_some()))
+    }
+
+    /// What the entries of a bounded shard weigh (their count without a
+    /// weigher); 0 in an unbounded one.
+    pub(crate) fn weight(&self) -> u64 {
+        self.entries.bound.as_ref().map_or(0, |b| b.used)
     }
 
     /// What the shard holds against its bound (its weight, or its entry
@@ -506,7 +531,15 @@ impl<K, V> Shard<K, V> {
         K: Eq,
     {
         let mut out = Vec::new();
-        let r = self.put_bounded(hash, &mut Some((key, value)), deadline, now, 1, &mut out);
+        let r = self.put_bounded(
+            hash,
+            &mut Some((key, value)),
+            deadline,
+            now,
+            1,
+            &mut out,
+            || false,
+        );
         assert!(out.is_empty(), "put_owned on a full bounded shard");
         r
     }
@@ -666,8 +699,8 @@ impl<K, V> Shard<K, V> {
             shift, phase, idle, ..
         } = self.entries.slab;
         let mut fresh = Shard::new(shift, phase, now);
-        if let Some((cap, weighted)) = self.bound_config() {
-            fresh = fresh.bounded(cap, weighted);
+        if let Some((budget, share, weighted)) = self.bound_config() {
+            fresh = fresh.bounded_by(budget, share, weighted);
         }
         if let Some(idle) = idle {
             fresh = fresh.idle(idle);
@@ -675,7 +708,13 @@ impl<K, V> Shard<K, V> {
         // Flights and watchers concern keys, not entries: they stay.
         fresh.flights = std::mem::take(&mut self.flights);
         std::mem::swap(&mut fresh.changes, &mut self.changes);
-        std::mem::replace(self, fresh)
+        let mut taken = std::mem::replace(self, fresh);
+        // Out of the map now: its weight goes back to the budget at once,
+        // not as each entry drains (a panicking `Drop` may cut that short).
+        if let Some(b) = &mut taken.entries.bound {
+            b.detach();
+        }
+        taken
     }
 
     /// Drains every entry (for `clear` and shutdown), without the lock. If

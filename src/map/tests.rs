@@ -38,6 +38,7 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
                 let d = now + 1 + rnd(20 * P);
                 match s.put_owned(h(k), k, step, d, now) {
                     PutOutcome::Inserted => assert!(!model.contains_key(&k)),
+                    PutOutcome::NoRoom { .. } => panic!("a shard alone always has room"),
                     PutOutcome::Overwrote(r) => {
                         let (v, old) = model[&k];
                         assert_eq!(r.value, v);
@@ -469,7 +470,7 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
     for (weighted, cap) in [(false, 1), (false, 17), (true, 40)] {
         let mut s: Shard<u64, u64> = Shard::new(SHIFT, 5, 0).bounded(cap, weighted);
         // key -> (value, deadline, weight)
-        let mut model: HashMap<u64, (u64, u64, u32)> = HashMap::new();
+        let mut model: HashMap<u64, (u64, u64, u64)> = HashMap::new();
         let mut rnd = xorshift(0x9E37_79B9_u64 ^ cap);
         let mut now = 0u64;
         let mut serial = 0u64;
@@ -480,11 +481,32 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                 0..=5 => {
                     serial += 1;
                     let d = now + 1 + rnd(20 * P);
-                    let w = if weighted { rnd(12) as u32 } else { 1 };
-                    let outcome = s.put_bounded(k, &mut Some((k, serial)), d, now, w, &mut out);
+                    let w = if weighted { rnd(12) } else { 1 };
+                    let outcome = loop {
+                        match s
+                            .put_bounded(k, &mut Some((k, serial)), d, now, w, &mut out, || false)
+                        {
+                            // The only way a shard alone runs short: an
+                            // overwrite that must grow found its own entry
+                            // due, and evicted it to make room. The map
+                            // tries again; so does the model.
+                            PutOutcome::NoRoom { .. } => {
+                                let own = out.iter().find(|r| r.key == k);
+                                let own = own.expect("its own entry left");
+                                assert_eq!(own.door, Door::Expired, "step {step}");
+                                for r in out.drain(..) {
+                                    assert!(r.door != Door::Expired || now > r.deadline);
+                                    let held = model.remove(&r.key).expect("left twice");
+                                    assert_eq!(held.0, r.value, "step {step}");
+                                }
+                            }
+                            outcome => break outcome,
+                        }
+                    };
                     let refused = matches!(outcome, PutOutcome::Refused);
                     match outcome {
                         PutOutcome::Inserted => assert!(!model.contains_key(&k)),
+                        PutOutcome::NoRoom { .. } => unreachable!(),
                         PutOutcome::Overwrote(old) => {
                             let (v, od, _) = model[&k];
                             assert_eq!(old.value, v);
@@ -526,7 +548,7 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
             s.validate();
             let (used, bound) = s.usage().unwrap();
             assert!(used <= bound);
-            let expect: u64 = model.values().map(|m| u64::from(m.2)).sum();
+            let expect: u64 = model.values().map(|m| m.2).sum();
             assert_eq!(used, expect, "step {step}: weight held");
             for (key, m) in &model {
                 assert_eq!(s.get(*key, key).map(|(v, _)| *v), Some(m.0), "step {step}");
@@ -541,12 +563,12 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
 fn a_full_shard_evicts_expired_entries_first() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(3, false);
     let mut out = Vec::new();
-    s.put_bounded(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out);
-    s.put_bounded(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out); // expires first
-    s.put_bounded(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out);
+    s.put_bounded(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out, || false);
+    s.put_bounded(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out, || false); // expires first
+    s.put_bounded(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out, || false);
     // Past key 2's deadline, but within its timer tick.
     let now = 5 * P + 1;
-    let r = s.put_bounded(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out);
+    let r = s.put_bounded(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out, || false);
     assert!(matches!(r, PutOutcome::Inserted));
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].key, out[0].door), (2, Door::Expired));
@@ -560,21 +582,21 @@ fn admission_refuses_a_rarer_newcomer_until_it_is_asked_for_more() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(2, false);
     let mut out = Vec::new();
     for _ in 0..3 {
-        s.put_bounded(1, &mut Some((1, 1)), P, 0, 1, &mut out);
-        s.put_bounded(2, &mut Some((2, 2)), P, 0, 1, &mut out);
+        s.put_bounded(1, &mut Some((1, 1)), P, 0, 1, &mut out, || false);
+        s.put_bounded(2, &mut Some((2, 2)), P, 0, 1, &mut out, || false);
     }
     assert!(out.is_empty());
     let mut tries = 0;
     loop {
         tries += 1;
-        match s.put_bounded(3, &mut Some((3, 3)), P, 0, 1, &mut out) {
+        match s.put_bounded(3, &mut Some((3, 3)), P, 0, 1, &mut out, || false) {
             PutOutcome::Refused => {
                 let r = out.pop().unwrap();
                 assert_eq!((r.key, r.door), (3, Door::Size));
                 assert!(out.is_empty());
             }
             PutOutcome::Inserted => break,
-            PutOutcome::Overwrote(_) => unreachable!(),
+            PutOutcome::Overwrote(_) | PutOutcome::NoRoom { .. } => unreachable!(),
         }
         assert!(tries < 10);
     }
@@ -596,8 +618,8 @@ fn admission_refuses_a_rarer_newcomer_until_it_is_asked_for_more() {
 fn weights_decide_what_fits() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(10, true);
     let mut out = Vec::new();
-    let put = |s: &mut Shard<u64, u64>, k: u64, w: u32, out: &mut Vec<_>| {
-        s.put_bounded(k, &mut Some((k, k)), 100 * P, 0, w, out)
+    let put = |s: &mut Shard<u64, u64>, k: u64, w: u64, out: &mut Vec<_>| {
+        s.put_bounded(k, &mut Some((k, k)), 100 * P, 0, w, out, || false)
     };
     assert!(matches!(put(&mut s, 1, 11, &mut out), PutOutcome::Refused));
     assert_eq!(
@@ -654,6 +676,7 @@ fn an_idle_shard_evicts_at_the_effective_deadline() {
                 let d = now + 1 + rnd(20 * P);
                 match s.put_owned(h(k), k, step, d, now) {
                     PutOutcome::Inserted => assert!(!model.contains_key(&k)),
+                    PutOutcome::NoRoom { .. } => panic!("a shard alone always has room"),
                     PutOutcome::Overwrote(r) => {
                         let m = model[&k];
                         let door = if now <= until(&m) {

@@ -3,15 +3,22 @@
 //! (`put_slow`), and when a write wakes the eviction thread.
 
 use super::flight;
-use super::shard::{self, PutOutcome, Shard};
+use super::shard::{self, Door, PutOutcome, Removed, Room, Shard};
 use super::{ExpireMap, Inner, nanos};
 use crate::clock::Time;
+use crate::sync::Ordering;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Not;
 use std::time::Duration;
 
+/// Rounds of making room in other shards a put of a bounded map makes
+/// before its value is refused: other puts may take each room made before
+/// it is reserved, and a round that finds nothing to give yields first.
+const ROOM_ROUNDS: u32 = 8;
+
 /// When `put_slow` stores.
+#[derive(Clone, Copy)]
 pub(super) enum PutIf<'a, K, V> {
     Always,
     /// No live entry for the key.
@@ -59,53 +66,100 @@ where
         // are dropped after the guard: outside the lock.
         let mut kv = Some((key, value));
         let mut out = shard::Out::new();
-        let (outcome, kick, now) = {
-            let key = &kv.as_ref().expect("just set").0;
-            // A load's store and an update's commit are the writes their
-            // key's own flight is waiting for.
-            let own = matches!(cond, PutIf::Commit { .. } | PutIf::Untouched(_));
-            let (mut shard, now) = inner.write_key(hash, key, own);
-            match cond {
-                PutIf::Always => {}
-                PutIf::Absent => {
-                    if let Some(live) = shard.live_value(hash, key, now) {
-                        return Ok(Some(live.clone()));
+        let mut rounds = 0;
+        loop {
+            let (outcome, kick, now, deadline) = {
+                let key = &kv.as_ref().expect("just set").0;
+                // A load's store and an update's commit are the writes their
+                // key's own flight is waiting for.
+                let own = matches!(cond, PutIf::Commit { .. } | PutIf::Untouched(_));
+                let (mut shard, now) = inner.write_key(hash, key, own);
+                match cond {
+                    PutIf::Always => {}
+                    PutIf::Absent => {
+                        if let Some(live) = shard.live_value(hash, key, now) {
+                            return Ok(Some(live.clone()));
+                        }
                     }
-                }
-                PutIf::Live => {
-                    if shard.live_value(hash, key, now).is_none() {
-                        return Ok(None);
+                    PutIf::Live => {
+                        if shard.live_value(hash, key, now).is_none() {
+                            return Ok(None);
+                        }
                     }
+                    // A write during the load wins (see `load`).
+                    PutIf::Untouched(load) if load.touched() => return Ok(None),
+                    PutIf::Untouched(_) => {}
+                    // Kept a deadline that has passed since: nothing to store.
+                    PutIf::Commit {
+                        keep: Some(_),
+                        live_until: Some(d),
+                    } if now > d => return Err(Stale),
+                    PutIf::Commit { .. } => {}
                 }
-                // A write during the load wins (see `load`).
-                PutIf::Untouched(load) if load.touched() => return Ok(None),
-                PutIf::Untouched(_) => {}
-                // Kept a deadline that has passed since: nothing to store.
-                PutIf::Commit {
-                    keep: Some(_),
-                    live_until: Some(d),
-                } if now > d => return Err(Stale),
-                PutIf::Commit { .. } => {}
-            }
-            let deadline = match cond {
-                PutIf::Commit { keep: Some(d), .. } => d,
-                _ => now.saturating_add(nanos(ttl)),
+                let deadline = match cond {
+                    PutIf::Commit { keep: Some(d), .. } => d,
+                    _ => now.saturating_add(nanos(ttl)),
+                };
+                let due_elsewhere = || inner.due_elsewhere(hash, now);
+                let outcome = shard.put_bounded(
+                    hash,
+                    &mut kv,
+                    deadline,
+                    now,
+                    weight,
+                    &mut out,
+                    due_elsewhere,
+                );
+                if matches!(outcome, PutOutcome::Inserted | PutOutcome::Overwrote(_)) {
+                    inner.note_due(hash, shard.evictable_at(deadline));
+                }
+                let kick = matches!(outcome, PutOutcome::Refused | PutOutcome::NoRoom { .. })
+                    .not()
+                    .then(|| inner.needs_kick(&shard, inner.timer_of(deadline, now)))
+                    .flatten();
+                (outcome, kick, now, deadline)
             };
-            let outcome = shard.put_bounded(hash, &mut kv, deadline, now, weight, &mut out);
-            let kick = matches!(outcome, PutOutcome::Refused)
-                .not()
-                .then(|| inner.needs_kick(&shard, inner.timer_of(deadline, now)))
-                .flatten();
-            (outcome, kick, now)
-        };
-        self.kick_if(kick);
-        if !out.is_empty() {
-            inner.leave_all(out, now);
+            self.kick_if(kick);
+            if !out.is_empty() {
+                inner.leave_all(std::mem::replace(&mut out, shard::Out::new()), now);
+            }
+            return Ok(match outcome {
+                PutOutcome::Inserted | PutOutcome::Refused => None,
+                PutOutcome::Overwrote(old) => inner.leave(old, now),
+                PutOutcome::NoRoom { need, candidate } => {
+                    rounds += 1;
+                    let room = match rounds {
+                        ROOM_ROUNDS => Room::Refused,
+                        _ => inner.room_elsewhere(hash, need, candidate),
+                    };
+                    match room {
+                        Room::Made => continue,
+                        Room::Short => {
+                            crate::sync::thread::yield_now();
+                            continue;
+                        }
+                        // The policy chose the victim over this value, or no
+                        // room could be had: it leaves as `Size` (an overwrite
+                        // that found no room for its new weight keeps the old
+                        // value).
+                        Room::Refused => {
+                            let (key, value) = kv.take().expect("a refused put keeps its value");
+                            let door = Door::Size;
+                            inner.leave(
+                                Removed {
+                                    key,
+                                    value,
+                                    deadline,
+                                    door,
+                                },
+                                now,
+                            );
+                            None
+                        }
+                    }
+                }
+            });
         }
-        Ok(match outcome {
-            PutOutcome::Inserted | PutOutcome::Refused => None,
-            PutOutcome::Overwrote(old) => inner.leave(old, now),
-        })
     }
 
     /// Wakes the eviction thread (if any) to plan again. After unlocking.
@@ -123,6 +177,85 @@ where
     V: Clone + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
+    /// Makes room for `need` more weight in the budget of a bounded map
+    /// from the shards other than `hash`'s, one lock at a time (the caller
+    /// holds none), starting at a shard that rotates from call to call so
+    /// that no shard gives more than its turn. `candidate`: the new key's
+    /// estimated frequency, which each shard's victim must lose to (see
+    /// `Shard::make_room`). What leaves is published or dropped after each
+    /// lock is released.
+    ///
+    /// Expired entries go first: a first round visits only the shards
+    /// whose `due` time has come and evicts only what has expired there;
+    /// then, if the room is still not there, the policy's victims.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn room_elsewhere(&self, hash: u64, need: u64, candidate: Option<u64>) -> Room {
+        let Some(budget) = &self.budget else {
+            return Room::Made;
+        };
+        let n = self.shards.len();
+        let own = self.shard_index(hash);
+        let start = self.room_cursor.fetch_add(1, Ordering::Relaxed);
+        for live in [false, true] {
+            for k in 0..n {
+                if budget.fits(need) {
+                    return Room::Made;
+                }
+                let j = start.wrapping_add(k) % n;
+                if j == own || (!live && !self.is_due(j, self.clock.now_at_most())) {
+                    continue;
+                }
+                let mut out = shard::Out::new();
+                let (room, now) = {
+                    let lock = &self.shards[j];
+                    let (mut shard, (), now) =
+                        self.clock.around(|| lock.write(), |_| (), Time::now);
+                    let room = shard.make_room(need, now, None, candidate, live, &mut out);
+                    // Exact again, while the lock is held.
+                    let next = shard.next_wakeup().unwrap_or(u64::MAX);
+                    self.due[j].store(next, Ordering::Relaxed);
+                    (room, now)
+                };
+                if !out.is_empty() {
+                    self.leave_all(out, now);
+                }
+                if room != Room::Short {
+                    return room;
+                }
+            }
+        }
+        if budget.fits(need) {
+            Room::Made
+        } else {
+            Room::Short
+        }
+    }
+
+    /// Whether shard `j` may hold an entry evictable at `now`.
+    fn is_due(&self, j: usize, now: u64) -> bool {
+        self.due[j].load(Ordering::Relaxed) <= now
+    }
+
+    /// Whether a shard other than `hash`'s may hold an expired entry at
+    /// `now`: then a full bounded map takes that room before it evicts a
+    /// live entry (see `room_elsewhere`).
+    pub(super) fn due_elsewhere(&self, hash: u64, now: u64) -> bool {
+        let own = self.shard_index(hash);
+        (0..self.due.len()).any(|j| j != own && self.is_due(j, now))
+    }
+
+    /// A bounded put stored an entry evictable at `at` in `hash`'s shard,
+    /// whose write lock the caller holds.
+    #[inline]
+    pub(super) fn note_due(&self, hash: u64, at: Option<u64>) {
+        if let (Some(at), Some(due)) = (at, self.due.get(self.shard_index(hash))) {
+            if at < due.load(Ordering::Relaxed) {
+                due.store(at, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The write lock of `hash`'s shard and the exact time, for the
     /// operations that change a shard.
     #[inline(always)]

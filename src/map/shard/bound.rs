@@ -4,22 +4,30 @@
 //! only moves entries out through the shard's doors.
 
 use super::slab::{COUNT_ONE, MAX_NODES};
+
+/// Rounds of making room and reserving it in [`Shard::reserve`].
+const RESERVE_TRIES: usize = 4;
 use super::*;
 
 impl<K, V> Shard<K, V> {
     /// [`put`](Self::put) into a bounded shard (or an unbounded one, which
-    /// it treats as `put` does): the entry weighs `weight`, and what must
-    /// leave to make room (expired entries, the policy's victims, or this
-    /// value if the policy refuses it or it is heavier than the whole
-    /// bound) is pushed to `out` (see `policy`).
+    /// it treats as `put` does): the entry weighs `weight`. A new entry's
+    /// weight (an overwrite's gain) is reserved in the map's budget first;
+    /// what must leave to make room (expired entries, the policy's
+    /// victims, or this value if the policy refuses it or it is heavier
+    /// than the whole bound) is pushed to `out` (see `policy`). If the
+    /// budget has no room and this shard nothing more to give, nothing
+    /// changes and the result is [`PutOutcome::NoRoom`].
+    #[allow(clippy::too_many_arguments)] // one call site, each argument a fact of the put
     pub(crate) fn put_bounded(
         &mut self,
         hash: u64,
         kv: &mut Option<(K, V)>,
         deadline: u64,
         now: u64,
-        weight: u32,
+        weight: u64,
         out: &mut impl Sink<K, V>,
+        due_elsewhere: impl Fn() -> bool,
     ) -> PutOutcome<K, V>
     where
         K: Eq,
@@ -36,30 +44,77 @@ impl<K, V> Shard<K, V> {
             .probe(h32, is_key(slab, key), max_index, hash_of(slab))
         {
             Probe::Found(index) => {
-                let old = self.overwrite(index, kv, deadline, now);
-                if self.entries.bound.is_some() {
-                    self.reweigh(index, weight, now, out);
+                if let Some(b) = &self.entries.bound {
+                    let old = b.weight(index);
+                    if weight > b.cap {
+                        // Over the whole bound alone: stored, then pushed
+                        // out at once (its old weight goes back).
+                        let replaced = self.overwrite(index, kv, deadline, now);
+                        out.push(self.take_index(index, Door::Size));
+                        return PutOutcome::Overwrote(replaced);
+                    }
+                    if weight > old {
+                        let gain = weight - old;
+                        let room = self.reserve(gain, now, Some(index), None, &due_elsewhere, out);
+                        // Its own entry may have left meanwhile (it was
+                        // due): then the caller looks again.
+                        let held = self.entries.slab.nodes[index as usize]
+                            .prev
+                            .load(Ordering::Relaxed)
+                            != VACANT;
+                        if room == Room::Made && !held {
+                            self.bound().release(gain);
+                        }
+                        if !(held && room == Room::Made) {
+                            return PutOutcome::NoRoom {
+                                need: gain,
+                                candidate: None,
+                            };
+                        }
+                    }
                 }
-                PutOutcome::Overwrote(old)
+                let replaced = self.overwrite(index, kv, deadline, now);
+                if let Some(b) = &mut self.entries.bound {
+                    // The overwrite counts as an access.
+                    with_mut_u32(&mut self.entries.slab.nodes[index as usize].prev, |p| {
+                        if *p < 3 * COUNT_ONE {
+                            *p += COUNT_ONE;
+                        }
+                    });
+                    b.reweigh(index, weight);
+                }
+                PutOutcome::Overwrote(replaced)
             }
             Probe::Vacant(mut at) => {
                 if let Some(b) = &mut self.entries.bound {
                     // A put of an absent key counts as an access to it
                     // (an overwrite counts through the entry's access count).
                     b.sketch.increment(h32);
-                    let fits = b.used.saturating_add(u64::from(weight)) <= b.cap;
-                    if !fits {
-                        let admitted = u64::from(weight) <= b.cap
-                            && self.make_room(u64::from(weight), now, None, Some(h32), out);
-                        if !admitted {
-                            let (key, value) = kv.take().expect("put without a key and value");
-                            out.push(Removed {
-                                key,
-                                value,
-                                deadline,
-                                door: Door::Size,
-                            });
-                            return PutOutcome::Refused;
+                    if !b.try_reserve(weight) {
+                        let candidate = b.sketch.frequency(h32);
+                        let room = if weight > b.cap {
+                            Room::Refused
+                        } else {
+                            self.reserve(weight, now, None, Some(candidate), &due_elsewhere, out)
+                        };
+                        match room {
+                            Room::Made => {}
+                            Room::Short => {
+                                return PutOutcome::NoRoom {
+                                    need: weight,
+                                    candidate: Some(candidate),
+                                };
+                            }
+                            Room::Refused => {
+                                let (key, value) = kv.take().expect("put without a key and value");
+                                out.push(Removed {
+                                    key,
+                                    value,
+                                    deadline,
+                                    door: Door::Size,
+                                });
+                                return PutOutcome::Refused;
+                            }
                         }
                         // Removals shifted the table's slots.
                         at = self.table.vacant(h32);
@@ -73,53 +128,58 @@ impl<K, V> Shard<K, V> {
         }
     }
 
-    /// After an overwrite of live node `index` in a bounded shard: counts
-    /// the access, records the new `weight`, and if the shard is now over
-    /// its bound makes room by pushing out *other* entries (only a weight
-    /// that grew can do that), or, if the entry alone is over the bound,
-    /// pushes out the entry itself (its new value, as `Size`).
-    fn reweigh(&mut self, index: u32, weight: u32, now: u64, out: &mut impl Sink<K, V>) {
-        let Some(b) = &mut self.entries.bound else {
-            return;
-        };
-        with_mut_u32(&mut self.entries.slab.nodes[index as usize].prev, |p| {
-            if *p < 3 * COUNT_ONE {
-                *p += COUNT_ONE;
-            }
-        });
-        b.reweigh(index, weight);
-        if b.used <= b.cap {
-            return;
-        }
-        if u64::from(weight) > b.cap {
-            out.push(self.take_index(index, Door::Size));
-        } else {
-            let made = self.make_room(0, now, Some(index), None, out);
-            debug_assert!(made, "an entry within the bound always fits alone");
-        }
-    }
-
-    /// Makes room in a bounded shard for `need` more weight: evicts what
-    /// its wheel has due at `now`, then walks the CLOCK hand (see
-    /// `policy`), evicting entries past their deadline as `Expired` and
-    /// victims as `Size`, never `skip`. With a `candidate` (the hash bits of
-    /// a new key), the first victim stays unless the candidate's estimated
-    /// frequency is higher: then nothing more is evicted and the result is
-    /// `false`. `true` once the room is there.
-    fn make_room(
+    /// Reserves `need` in the map's budget, making room in this shard as
+    /// needed (see [`make_room`](Self::make_room); live entries only while
+    /// no other shard may hold expired ones). A room made may be taken by
+    /// another shard's put before this one reserves it: then it makes more,
+    /// a few times, before it reports [`Room::Short`]. [`Room::Made`]
+    /// means reserved.
+    fn reserve(
         &mut self,
         need: u64,
         now: u64,
         skip: Option<u32>,
-        candidate: Option<u32>,
+        candidate: Option<u64>,
+        due_elsewhere: &impl Fn() -> bool,
         out: &mut impl Sink<K, V>,
-    ) -> bool {
-        let fits = |s: &Self| {
-            s.entries
-                .bound
-                .as_ref()
-                .is_none_or(|b| b.used + need <= b.cap)
-        };
+    ) -> Room {
+        for _ in 0..RESERVE_TRIES {
+            if self.bound().try_reserve(need) {
+                return Room::Made;
+            }
+            let live = !due_elsewhere();
+            match self.make_room(need, now, skip, candidate, live, out) {
+                Room::Made => {}
+                other => return other,
+            }
+        }
+        Room::Short
+    }
+
+    /// The policy state of a bounded shard.
+    fn bound(&self) -> &Bound {
+        self.entries.bound.as_deref().expect("a bounded shard")
+    }
+
+    /// Makes room in the map's budget for `need` more weight from this
+    /// shard: evicts what its wheel has due at `now`, then (if `live`)
+    /// walks the CLOCK hand (see `policy`), evicting entries past their
+    /// deadline as `Expired` and victims as `Size`, never `skip`. With a `candidate`
+    /// (a new key's estimated frequency), the first victim stays unless the
+    /// candidate's is higher: then nothing more is evicted and the result
+    /// is [`Room::Refused`]. [`Room::Made`] once the budget has the room
+    /// (other shards' puts may take it before the caller reserves it);
+    /// [`Room::Short`] if this shard has nothing more to give.
+    pub(crate) fn make_room(
+        &mut self,
+        need: u64,
+        now: u64,
+        skip: Option<u32>,
+        candidate: Option<u64>,
+        live: bool,
+        out: &mut impl Sink<K, V>,
+    ) -> Room {
+        let fits = |s: &Self| s.entries.bound.as_ref().is_none_or(|b| b.fits(need));
         // Expired entries first: what the wheel has due, ...
         while !fits(self) {
             let before = out.len();
@@ -146,6 +206,9 @@ impl<K, V> Shard<K, V> {
                     out.push(self.take_index(i, Door::Expired));
                 }
             }
+        }
+        if !live {
+            return if fits(self) { Room::Made } else { Room::Short };
         }
         let mut admitted = candidate.is_none();
         // Each step passes over a vacant node, takes a count off a live one
@@ -186,7 +249,7 @@ impl<K, V> Shard<K, V> {
                         if !b.admits(cand, h) {
                             // The victim stays, and meets the next candidate.
                             b.hand = i;
-                            return false;
+                            return Room::Refused;
                         }
                         admitted = true;
                     }
@@ -194,7 +257,6 @@ impl<K, V> Shard<K, V> {
                 }
             }
         }
-        debug_assert!(fits(self), "the CLOCK hand found no room");
-        fits(self)
+        if fits(self) { Room::Made } else { Room::Short }
     }
 }

@@ -100,4 +100,23 @@ pub(crate) enum PutOutcome<K, V> {
     /// The key was absent and the bound refused the new entry: it is in
     /// `out`, as `Size`.
     Refused,
+    /// The map's budget has no room for `need` more weight and this shard
+    /// has nothing more to give: nothing was stored, the key and value are
+    /// still the caller's. The caller makes room in the other shards (with
+    /// this lock released) and tries again. `candidate`: the new key's
+    /// estimated frequency, for their admission checks (`None` for an
+    /// overwrite, which is always admitted).
+    NoRoom { need: u64, candidate: Option<u64> },
+}
+
+/// How [`Shard::make_room`](super::Shard::make_room) ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// The budget has room for what was asked.
+    Made,
+    /// The candidate lost to a victim (TinyLFU): it is not to be stored.
+    Refused,
+    /// This shard has nothing more to give (empty, or only what was to be
+    /// skipped); the budget may still have no room.
+    Short,
 }

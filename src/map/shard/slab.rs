@@ -424,7 +424,7 @@ impl<K, V> Entries<K, V> {
         deadline: u64,
         now: u64,
         h32: u32,
-        weight: u32,
+        weight: u64,
     ) -> u32 {
         let reuse = self.free.pop();
         if reuse.is_none() {
