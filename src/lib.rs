@@ -214,14 +214,15 @@
 //! event ring costs nothing until the first `subscribe`.
 //!
 //! A map with [`Builder::max_entries`] sizes each shard's table for its
-//! share of the bound up front, up to 2^18 entries a shard (5.3 bytes per
-//! entry when full; a larger share grows the table), sizes its slab's last
-//! chunk to the bound, and adds the admission sketch (12 four-bit
+//! share of the bound up front (with a little room for a shard holding
+//! more than its share), up to 2^18 entries a shard (5.3 bytes per entry
+//! when full; a larger share grows the table), sizes its slab's last chunk
+//! to about the share, and adds the admission sketch (12 four-bit
 //! counters, 6 bytes, per entry of the bound, grown as the shard fills, so
-//! that a huge bound costs what the map holds): **47.4 bytes per entry**
+//! that a huge bound costs what the map holds): **47.8 bytes per entry**
 //! at 10^6, everything counted
 //! (`cargo run --release --example memory -- 1000000 bounded`). A weighted
-//! map adds 4 bytes per entry for the weights.
+//! map adds 8 bytes per entry for the weights.
 //!
 //! # User code and locks
 //!
