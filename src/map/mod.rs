@@ -101,7 +101,7 @@ pub enum ExpireIf {
 
 use crate::broadcast::SubscribeError;
 use crate::clock::Time;
-use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering, RwLock};
+use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded, RwLock};
 use crate::unwind::Panics;
 use builder::{Config, Weigher};
 use doors::Events;
@@ -626,36 +626,6 @@ where
         events
             .subscribe(cfg.event_capacity, cfg.max_subscribers)
             .map(Subscriber::new)
-    }
-
-    /// Counters of reads (with [`Builder::record_stats`]) and of eviction
-    /// work so far.
-    ///
-    /// ```
-    /// use expiremap::ExpireMap;
-    /// use std::time::Duration;
-    ///
-    /// let map = ExpireMap::<u32, u32>::builder().record_stats(true).build();
-    /// map.put(1, 1, Duration::from_secs(60));
-    /// map.get(&1);
-    /// map.get(&2);
-    /// map.get_or_insert_with(3, Duration::from_secs(60), || 3); // a miss, loaded
-    /// map.get_or_insert_with(3, Duration::from_secs(60), || 3); // a hit
-    /// let s = map.stats();
-    /// assert_eq!((s.hits, s.misses), (2, 2));
-    /// ```
-    pub fn stats(&self) -> Stats {
-        let s = &self.inner.signal;
-        let (hits, misses) = self.inner.reads.as_ref().map_or((0, 0), |r| r.totals());
-        Stats {
-            hits,
-            misses,
-            size_evicted: self.inner.size_evicted.load(Ordering::Relaxed),
-            max_lateness: Duration::from_nanos(self.inner.max_lateness.load(Ordering::Relaxed)),
-            evicted: self.inner.evicted.load(Ordering::Relaxed),
-            passes: s.passes.load(Ordering::Relaxed),
-            wakeups: s.wakeups.load(Ordering::Relaxed),
-        }
     }
 }
 

@@ -99,3 +99,40 @@ pub struct Stats {
     /// Times the background thread woke from a wait. An idle map adds none.
     pub wakeups: u64,
 }
+
+impl<K, V, S> super::ExpireMap<K, V, S>
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: std::hash::BuildHasher + Send + Sync + 'static,
+{
+    /// Counters of reads (with [`Builder::record_stats`](super::Builder::record_stats)) and of eviction
+    /// work so far.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let map = ExpireMap::<u32, u32>::builder().record_stats(true).build();
+    /// map.put(1, 1, Duration::from_secs(60));
+    /// map.get(&1);
+    /// map.get(&2);
+    /// map.get_or_insert_with(3, Duration::from_secs(60), || 3); // a miss, loaded
+    /// map.get_or_insert_with(3, Duration::from_secs(60), || 3); // a hit
+    /// let s = map.stats();
+    /// assert_eq!((s.hits, s.misses), (2, 2));
+    /// ```
+    pub fn stats(&self) -> Stats {
+        let s = &self.inner.signal;
+        let (hits, misses) = self.inner.reads.as_ref().map_or((0, 0), |r| r.totals());
+        Stats {
+            hits,
+            misses,
+            size_evicted: self.inner.size_evicted.load(Ordering::Relaxed),
+            max_lateness: Duration::from_nanos(self.inner.max_lateness.load(Ordering::Relaxed)),
+            evicted: self.inner.evicted.load(Ordering::Relaxed),
+            passes: s.passes.load(Ordering::Relaxed),
+            wakeups: s.wakeups.load(Ordering::Relaxed),
+        }
+    }
+}
