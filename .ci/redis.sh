@@ -9,6 +9,9 @@
 # a throwaway CA and server certificate with it).
 missing=""
 command -v redis-server >/dev/null || missing="$missing redis-server"
+# redis-cli joins the test clusters (`--cluster create`); Debian ships it in
+# redis-tools.
+command -v redis-cli >/dev/null || missing="$missing redis-tools"
 command -v openssl >/dev/null || missing="$missing openssl"
 if [ -n "$missing" ]; then
   sudo=""

@@ -123,7 +123,10 @@
 //! on read-only replicas); on 6.2 with `EVAL`. Tested with Redis 7.0.15
 //! (Debian 12's package), over TCP and TLS. Valkey speaks the same protocol
 //! but is not tested (Debian 12 has no package of it). Not supported yet:
-//! Unix sockets, Redis Cluster, TLS client certificates. Values much larger
+//! Unix sockets, Redis Cluster (a
+//! URL of a cluster node fails `build` with an [`Error::Config`] saying so:
+//! the server's `INFO cluster` says `cluster_enabled:1`), TLS client
+//! certificates. Values much larger
 //! than what the link moves in the call timeout delay the calls and pings
 //! queued behind them.
 //!
@@ -222,6 +225,7 @@
 struct ReadmeDoctests;
 
 mod codec;
+mod connect;
 mod error;
 mod expirations;
 mod link;
@@ -231,9 +235,10 @@ pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
 
+use connect::Config;
 use expirations::Expirations;
 use expiremap::{DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS, ExpireMap};
-use link::{Config, Shared};
+use link::Shared;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -523,7 +528,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
 impl<K, V> fmt::Debug for Builder<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
-            .field("url", &link::redact(&self.url))
+            .field("url", &connect::redact(&self.url))
             .field("prefix", &self.prefix)
             .field("max_entries", &self.max_entries)
             .field("max_near_ttl", &self.max_near_ttl)

@@ -2,6 +2,8 @@
 //! temporary directory, without persistence, killed when the guard drops.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cluster;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
