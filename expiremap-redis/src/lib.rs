@@ -23,6 +23,35 @@
 //! # Ok::<(), expiremap_redis::Error>(())
 //! ```
 //!
+//! # Async
+//!
+//! [`get_async`](NearCache::get_async), [`put_async`](NearCache::put_async),
+//! [`remove_async`](NearCache::remove_async),
+//! [`get_or_insert_with_async`](NearCache::get_or_insert_with_async) and
+//! [`try_get_or_insert_with_async`](NearCache::try_get_or_insert_with_async)
+//! are the same calls as futures, for any executor (tokio of either
+//! flavour, async-std, a hand-rolled one): the library depends on no
+//! runtime. A miss awaits its reply without parking a thread (the cache's
+//! reader thread wakes the task when the reply is applied; the supervisor
+//! thread wakes it when the call timeout has passed, within 50 ms of it),
+//! so a stalled server holds up only the tasks that wait on it. A near hit
+//! is ready on the first poll. The coherence and the staleness bound are
+//! the same as for the blocking calls. Dropping a call's future does not
+//! take its command back: a reply that comes is applied as any other.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), expiremap_redis::Error> {
+//! use expiremap_redis::NearCache;
+//! use std::time::Duration;
+//!
+//! let cache: NearCache<String, u64> = NearCache::builder("redis://127.0.0.1:6379").build()?;
+//! let v = cache
+//!     .get_or_insert_with_async("bob".to_string(), Duration::from_secs(60), async { 7 })
+//!     .await?;
+//! assert_eq!(cache.get_async(&"bob".to_string()).await?, Some(v));
+//! # Ok(()) }
+//! ```
+//!
 //! # Coherence
 //!
 //! Each cache holds **one** data connection, in RESP3, on which it asks for
@@ -229,6 +258,8 @@ mod connect;
 mod error;
 mod expirations;
 mod link;
+mod nonblocking;
+mod reply;
 mod wire;
 
 pub use error::{CodecError, Error};
@@ -276,6 +307,8 @@ pub struct NearCache<K, V> {
     supervisor: Option<JoinHandle<()>>,
     /// With `redis_expirations`: its connection, thread and ring.
     expirations: Option<Arc<Expirations<K>>>,
+    /// The loads in flight of `get_or_insert_with_async`.
+    flights: nonblocking::Flights<V>,
     /// Its entry in the process's table of prefixes in use.
     _prefix: PrefixClaim,
 }
@@ -513,6 +546,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
             shared,
             supervisor: Some(supervisor),
             expirations: None,
+            flights: nonblocking::Flights::new(),
             _prefix: claim,
         };
         if self.redis_expirations {
@@ -564,7 +598,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         if let Some(v) = self.near_hit(key) {
             return Ok(Some(v));
         }
-        self.shared.fetch(key)
+        self.shared.fetch(key)?.wait()
     }
 
     #[inline]
@@ -583,7 +617,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         if ttl.is_zero() {
             return Ok(());
         }
-        self.shared.set(key, value, ttl, false).map(drop)
+        self.shared.set(key, value, ttl, false)?.wait().map(drop)
     }
 
     /// Deletes `key` from Redis (`GETDEL`) and drops the near copy. Returns
@@ -593,7 +627,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// means the key *was* deleted, but the value it held did not decode as
     /// `V` (its message says so too).
     pub fn remove(&self, key: &K) -> Result<Option<V>, Error> {
-        self.shared.del(key)
+        self.shared.del(key)?.wait()
     }
 
     /// The value of `key`, or, if Redis has none, `init()`'s value stored
@@ -638,12 +672,12 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         self.shared
             .near
             .try_get_or_insert_with(key.clone(), Duration::ZERO, || {
-                if let Some(v) = self.shared.fetch(&key)? {
+                if let Some(v) = self.shared.fetch(&key)?.wait()? {
                     return Ok(v);
                 }
                 let v = init()?;
                 if !ttl.is_zero() {
-                    self.shared.set(key.clone(), v.clone(), ttl, true)?;
+                    self.shared.set(key.clone(), v.clone(), ttl, true)?.wait()?;
                 }
                 Ok(v)
             })

@@ -8,7 +8,9 @@
 //!   the server produced them relative to the replies.
 //! * Callers write a command and push its [`Op`] on `pending` under the
 //!   `link` mutex (so the queue order is the wire order), then wait for their
-//!   reply on a channel of their own, with no lock held.
+//!   reply in a slot of their own ([`crate::reply`]), with no lock held:
+//!   parked (the blocking calls) or awaiting (the async ones, woken by the
+//!   reader, or by the supervisor at their call timeout).
 //! * The *reader* thread is the only writer of the near map (puts, removes,
 //!   clears), and it applies replies and pushes one by one in wire order. A
 //!   reply's value is stored in the near map only by the reader, before it
@@ -46,6 +48,7 @@
 use crate::codec;
 use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
 use crate::error::Error;
+use crate::reply::{self, Receiver};
 use crate::wire::{ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{Parser, PushKind, Value};
@@ -56,10 +59,10 @@ use std::fmt;
 use std::hash::Hash;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::Waker;
 use std::thread::{self, JoinHandle, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Reads a key's value and its remaining time in one round trip, atomically.
 /// A missing key reads as `false` (GET) and `-2` (PTTL). Sent as `EVAL_RO`
@@ -82,7 +85,7 @@ const MAX_PX_MS: u128 = 1 << 50;
 /// Most time between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
-type Reply<T> = SyncSender<Result<T, Error>>;
+type Reply<T> = reply::Sender<T>;
 
 /// A command in flight, waiting for its reply.
 enum Op<K, V> {
@@ -117,9 +120,19 @@ impl<K, V> Op<K, V> {
 
     fn fail(self, e: Error) {
         match self {
-            Op::Fetch { tx, .. } | Op::Del { tx, .. } => drop(tx.send(Err(e))),
-            Op::Set { tx, .. } => drop(tx.send(Err(e))),
+            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.send(Err(e)),
+            Op::Set { tx, .. } => tx.send(Err(e)),
             Op::Ping { .. } => {}
+        }
+    }
+
+    /// The waker of an awaited call past its deadline (see
+    /// [`reply::Sender::expire`]).
+    fn expire(&self, now: Instant) -> Option<Waker> {
+        match self {
+            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.expire(now),
+            Op::Set { tx, .. } => tx.expire(now),
+            Op::Ping { .. } => None,
         }
     }
 }
@@ -185,13 +198,6 @@ fn down(cause: Option<Error>) -> Error {
     )))
 }
 
-fn lost() -> Error {
-    Error::connection(
-        io::ErrorKind::ConnectionAborted,
-        "connection lost before the reply",
-    )
-}
-
 /// A handshaken connection: the stream, its parser (which may already hold
 /// bytes past the handshake's replies), when tracking was asked for, and
 /// whether the server has `EVAL_RO`.
@@ -249,47 +255,35 @@ where
 
     // ---- calls ----
 
-    /// Writes `cmd`, queues the op `make` builds (given the send time and
-    /// the reply channel), and waits for the reply, at most the call
-    /// timeout. A call that times out leaves its op queued: the reply, if
-    /// it comes, is applied (and its near copy stored) as any other.
+    /// Writes `cmd` and queues the op `make` builds (given the send time and
+    /// the reply's sender); the caller waits on the receiver (parked or
+    /// awaiting), at most the call timeout. A call that times out leaves
+    /// its op queued: the reply, if it comes, is applied (and its near copy
+    /// stored) as any other.
     fn call<T>(
         &self,
         cmd: &[u8],
         make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
-    ) -> Result<T, Error> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        {
-            let mut link = self.link();
-            let Some(conn) = link.as_mut() else {
-                drop(link);
-                return Err(self.down());
-            };
-            let sent = self.clock.now();
-            conn.pending.push_back(make(sent, tx));
-            if conn.stream.send(cmd).is_err() {
-                // The reader sees the shutdown and fails every pending op,
-                // this one included.
-                conn.stream.shutdown();
-            }
+    ) -> Result<Receiver<T>, Error> {
+        let (tx, rx) = reply::channel(self.cfg.call_timeout);
+        let mut link = self.link();
+        let Some(conn) = link.as_mut() else {
+            drop(link);
+            return Err(self.down());
+        };
+        let sent = self.clock.now();
+        conn.pending.push_back(make(sent, tx));
+        if conn.stream.send(cmd).is_err() {
+            // The reader sees the shutdown and fails every pending op,
+            // this one included.
+            conn.stream.shutdown();
         }
-        let timeout = self.cfg.call_timeout;
-        match rx.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(RecvTimeoutError::Disconnected) => Err(lost()),
-            Err(RecvTimeoutError::Timeout) => Err(Error::connection(
-                io::ErrorKind::TimedOut,
-                &format!(
-                    "no reply within the call timeout ({timeout:?}); a write may still be \
-                     applied by the server"
-                ),
-            )),
-        }
+        Ok(rx)
     }
 
     /// The value of `key` in Redis (value and remaining TTL in one script),
     /// leaving a near copy.
-    pub(crate) fn fetch(&self, key: &K) -> Result<Option<V>, Error> {
+    pub(crate) fn fetch(&self, key: &K) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let eval = if self.eval_ro.load(Ordering::Relaxed) {
             "EVAL_RO"
@@ -309,7 +303,13 @@ where
     }
 
     /// `SET name value PX ttl [NX]`; `Ok(false)` only if `NX` declined.
-    pub(crate) fn set(&self, key: K, value: V, ttl: Duration, nx: bool) -> Result<bool, Error> {
+    pub(crate) fn set(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        nx: bool,
+    ) -> Result<Receiver<bool>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, &key)?;
         let bytes = codec::encode_value(&value)?;
         let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS);
@@ -328,7 +328,7 @@ where
     }
 
     /// `GETDEL name`.
-    pub(crate) fn del(&self, key: &K) -> Result<Option<V>, Error> {
+    pub(crate) fn del(&self, key: &K) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let cmd = redis::cmd("GETDEL").arg(name).get_packed_command();
         self.call(&cmd, |_, tx| Op::Del {
@@ -385,7 +385,7 @@ where
             }
             Op::Fetch { key, sent, tx } => {
                 let r = self.fetched(key, sent, reply);
-                let _ = tx.send(r);
+                tx.send(r);
             }
             Op::Set {
                 key,
@@ -409,7 +409,7 @@ where
                         Err(Error::Protocol(format!("SET answered {other:?}")))
                     }
                 };
-                let _ = tx.send(r);
+                tx.send(r);
             }
             Op::Del { key, tx } => {
                 self.near.remove(&key);
@@ -421,7 +421,7 @@ where
                     }),
                     other => Err(Error::Protocol(format!("GETDEL answered {other:?}"))),
                 };
-                let _ = tx.send(r);
+                tx.send(r);
             }
         }
     }
@@ -510,7 +510,7 @@ where
         if let Some(conn) = conn {
             conn.stream.shutdown();
             for op in conn.pending {
-                op.fail(lost());
+                op.fail(reply::lost());
             }
         }
         // Invalidations may have been missed from the moment the connection
@@ -604,6 +604,18 @@ where
         let now = self.clock.now();
         let mut link = self.link();
         let Some(conn) = link.as_mut() else { return };
+        let wall = Instant::now();
+        let wakers: Vec<Waker> = conn
+            .pending
+            .iter()
+            .filter_map(|op| op.expire(wall))
+            .collect();
+        if !wakers.is_empty() {
+            drop(link);
+            wakers.into_iter().for_each(Waker::wake);
+            link = self.link();
+        }
+        let Some(conn) = link.as_mut() else { return };
         match conn.ping_sent {
             Some(sent) if now.saturating_sub(sent) > nanos(self.cfg.dead_after()) => {
                 conn.stream.shutdown();
@@ -629,7 +641,7 @@ where
         while !self.closing.load(Ordering::Acquire) {
             if self.connected() {
                 self.heartbeat();
-                thread::park_timeout(self.cfg.ping_every());
+                thread::park_timeout(self.cfg.ping_every().min(reply::TICK_MAX));
                 continue;
             }
             if let Some(h) = reader.take() {
