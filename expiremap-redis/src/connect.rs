@@ -32,6 +32,9 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     /// How long a call waits for its reply; see [`Config::dead_after`].
     pub(crate) call_timeout: Duration,
+    /// A node of a Redis Cluster (from the cluster builder): its
+    /// `cluster_enabled:1` is expected, not refused.
+    pub(crate) cluster: bool,
 }
 
 impl fmt::Debug for Config {
@@ -105,6 +108,7 @@ impl Config {
             max_near_ttl: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(1),
             call_timeout: Duration::from_secs(2),
+            cluster: false,
         })
     }
 

@@ -108,13 +108,16 @@ enum Op<K, V> {
     Ping {
         sent: u64,
     },
+    /// `ASKING`, sent before a command redirected by an `ASK` (a cluster's
+    /// slot in migration); its reply is dropped.
+    Asking,
 }
 
 impl<K, V> Op<K, V> {
     fn key(&self) -> Option<&K> {
         match self {
             Op::Fetch { key, .. } | Op::Set { key, .. } | Op::Del { key, .. } => Some(key),
-            Op::Ping { .. } => None,
+            Op::Ping { .. } | Op::Asking => None,
         }
     }
 
@@ -122,7 +125,7 @@ impl<K, V> Op<K, V> {
         match self {
             Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.send(Err(e)),
             Op::Set { tx, .. } => tx.send(Err(e)),
-            Op::Ping { .. } => {}
+            Op::Ping { .. } | Op::Asking => {}
         }
     }
 
@@ -132,7 +135,7 @@ impl<K, V> Op<K, V> {
         match self {
             Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.expire(now),
             Op::Set { tx, .. } => tx.expire(now),
-            Op::Ping { .. } => None,
+            Op::Ping { .. } | Op::Asking => None,
         }
     }
 }
@@ -148,7 +151,9 @@ struct Conn<K, V> {
 
 /// What the cache handle, the reader and the supervisor share.
 pub(crate) struct Shared<K, V> {
-    pub(crate) near: ExpireMap<K, V>,
+    /// The near map (one per cache, shared by the links to the nodes of
+    /// a cluster).
+    pub(crate) near: Arc<ExpireMap<K, V>>,
     pub(crate) clock: SystemClock,
     pub(crate) cfg: Config,
     /// Near copies may be served while `clock.now() <= fresh_until`.
@@ -214,7 +219,7 @@ where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    pub(crate) fn new(near: ExpireMap<K, V>, cfg: Config) -> Self {
+    pub(crate) fn new(near: Arc<ExpireMap<K, V>>, cfg: Config) -> Self {
         Shared {
             near,
             clock: SystemClock::new(),
@@ -263,6 +268,7 @@ where
     fn call<T>(
         &self,
         cmd: &[u8],
+        asking: bool,
         make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
     ) -> Result<Receiver<T>, Error> {
         let (tx, rx) = reply::channel(self.cfg.call_timeout);
@@ -272,6 +278,12 @@ where
             return Err(self.down());
         };
         let sent = self.clock.now();
+        if asking {
+            conn.pending.push_back(Op::Asking);
+            if conn.stream.send(b"*1\r\n$6\r\nASKING\r\n").is_err() {
+                conn.stream.shutdown();
+            }
+        }
         conn.pending.push_back(make(sent, tx));
         if conn.stream.send(cmd).is_err() {
             // The reader sees the shutdown and fails every pending op,
@@ -283,7 +295,7 @@ where
 
     /// The value of `key` in Redis (value and remaining TTL in one script),
     /// leaving a near copy.
-    pub(crate) fn fetch(&self, key: &K) -> Result<Receiver<Option<V>>, Error> {
+    pub(crate) fn fetch(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let eval = if self.eval_ro.load(Ordering::Relaxed) {
             "EVAL_RO"
@@ -295,7 +307,7 @@ where
             .arg(1)
             .arg(name)
             .get_packed_command();
-        self.call(&cmd, |sent, tx| Op::Fetch {
+        self.call(&cmd, asking, |sent, tx| Op::Fetch {
             key: key.clone(),
             sent,
             tx,
@@ -309,6 +321,7 @@ where
         value: V,
         ttl: Duration,
         nx: bool,
+        asking: bool,
     ) -> Result<Receiver<bool>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, &key)?;
         let bytes = codec::encode_value(&value)?;
@@ -318,7 +331,7 @@ where
         if nx {
             cmd.arg("NX");
         }
-        self.call(&cmd.get_packed_command(), |sent, tx| Op::Set {
+        self.call(&cmd.get_packed_command(), asking, |sent, tx| Op::Set {
             key,
             value,
             ttl,
@@ -328,10 +341,10 @@ where
     }
 
     /// `GETDEL name`.
-    pub(crate) fn del(&self, key: &K) -> Result<Receiver<Option<V>>, Error> {
+    pub(crate) fn del(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let cmd = redis::cmd("GETDEL").arg(name).get_packed_command();
-        self.call(&cmd, |_, tx| Op::Del {
+        self.call(&cmd, asking, |_, tx| Op::Del {
             key: key.clone(),
             tx,
         })
@@ -376,9 +389,16 @@ where
             if let Some(k) = op.key() {
                 self.near.remove(k);
             }
-            return op.fail(Error::Server(e.to_string()));
+            // As the server wrote it ("MOVED 3999 127.0.0.1:7002"), which
+            // is also what the cluster's redirects are read from.
+            let m = match e.details() {
+                Some(d) => format!("{} {d}", e.code()),
+                None => e.code().to_string(),
+            };
+            return op.fail(Error::Server(m));
         }
         match op {
+            Op::Asking => {}
             Op::Ping { sent } => {
                 let until = sent.saturating_add(nanos(self.cfg.staleness));
                 self.fresh_until.fetch_max(until, Ordering::AcqRel);
@@ -550,10 +570,11 @@ where
         let mut parser = Parser::new();
         // Tracking is on only once its reply is in: no push comes before.
         let replies = handshake(&mut read, &write, &mut parser, &cmds, &["INFO"], |_| {})?;
-        if replies.last().is_some_and(cluster_enabled) {
+        if !cfg.cluster && replies.last().is_some_and(cluster_enabled) {
             return Err(Error::Config(format!(
-                "{}:{} is a Redis Cluster node (cluster_enabled:1): NearCache::builder is for one server (it would get MOVED for the keys of other \
-                 nodes); Redis Cluster is not supported",
+                "{}:{} is a Redis Cluster node (cluster_enabled:1): NearCache::builder is for \
+                 one server (it would get MOVED for the keys of other nodes); use \
+                 NearCache::cluster_builder with the cluster's seed nodes",
                 cfg.host, cfg.port
             )));
         }
@@ -631,6 +652,23 @@ where
             }
             None => {}
         }
+    }
+
+    /// Connects (on this thread: an unreachable server is an error here)
+    /// and starts the supervisor, which installs the connection; returns
+    /// once it has, so that the first call does not find the link
+    /// "reconnecting".
+    pub(crate) fn start(self: &Arc<Self>) -> Result<JoinHandle<()>, Error> {
+        let first = self.connect()?;
+        let me = Arc::clone(self);
+        let supervisor = thread::Builder::new()
+            .name("expiremap-redis-supervisor".into())
+            .spawn(move || me.supervise(first))
+            .map_err(Error::io)?;
+        while self.connects.load(Ordering::Acquire) == 0 && !supervisor.is_finished() {
+            thread::yield_now();
+        }
+        Ok(supervisor)
     }
 
     /// The supervisor thread: pings, and reconnects after a loss.

@@ -151,7 +151,9 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         if let Some(v) = self.near_hit(key) {
             return Ok(Some(v));
         }
-        self.shared.fetch(key)?.await
+        self.links
+            .run_async(key, &self.prefix, |l, asking| l.fetch(key, asking))
+            .await
     }
 
     /// [`put`](Self::put) as a future.
@@ -159,12 +161,19 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         if ttl.is_zero() {
             return Ok(());
         }
-        self.shared.set(key, value, ttl, false)?.await.map(drop)
+        self.links
+            .run_async(&key, &self.prefix, |l, asking| {
+                l.set(key.clone(), value.clone(), ttl, false, asking)
+            })
+            .await
+            .map(drop)
     }
 
     /// [`remove`](Self::remove) as a future.
     pub async fn remove_async(&self, key: &K) -> Result<Option<V>, Error> {
-        self.shared.del(key)?.await
+        self.links
+            .run_async(key, &self.prefix, |l, asking| l.del(key, asking))
+            .await
     }
 
     /// [`get_or_insert_with`](Self::get_or_insert_with) with an `init`
@@ -200,7 +209,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     where
         E: From<Error> + Clone + Send + Sync + 'static,
     {
-        let name = codec::redis_key(&self.shared.cfg.prefix, &key).map_err(Error::from)?;
+        let name = codec::redis_key(&self.prefix, &key).map_err(Error::from)?;
         let mut init = Some(init);
         loop {
             if let Some(v) = self.get_async(&key).await? {
@@ -246,13 +255,21 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     where
         E: From<Error>,
     {
-        if let Some(v) = self.shared.fetch(key)?.await? {
+        let fetched = self
+            .links
+            .run_async(key, &self.prefix, |l, asking| l.fetch(key, asking))
+            .await?;
+        if let Some(v) = fetched {
             return Ok(v);
         }
         let init = init.expect("a caller leads at most once");
         let v = init.await?;
         if !ttl.is_zero() {
-            self.shared.set(key.clone(), v.clone(), ttl, true)?.await?;
+            self.links
+                .run_async(key, &self.prefix, |l, asking| {
+                    l.set(key.clone(), v.clone(), ttl, true, asking)
+                })
+                .await?;
         }
         Ok(v)
     }
