@@ -35,7 +35,7 @@ use crate::error::Error;
 use crate::link::Shared;
 use crate::reply::Receiver;
 use crate::{CacheKey, CacheValue, codec};
-use expiremap::ExpireMap;
+use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{Parser, Value};
 use std::fmt;
 use std::io;
@@ -134,6 +134,8 @@ pub(crate) struct Cluster<K, V> {
     base: Config,
     seeds: Vec<(String, u16)>,
     near: Arc<ExpireMap<K, V>>,
+    /// The clock of every link.
+    clock: SystemClock,
     /// Read on every call (and on a near hit while some link is stale).
     table: RwLock<Table<K, V>>,
     /// Serializes the linking of new nodes (connects run outside `table`).
@@ -250,6 +252,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             base,
             seeds,
             near,
+            clock: SystemClock::new(),
             table: RwLock::new(Table {
                 slots: vec![None; SLOTS],
                 nodes: Vec::new(),
@@ -294,7 +297,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         }
         let mut cfg = self.base.clone();
         (cfg.host, cfg.port) = addr.clone();
-        let link = Arc::new(Shared::new(Arc::clone(&self.near), cfg));
+        let link = Arc::new(Shared::with_clock(Arc::clone(&self.near), cfg, self.clock));
         let supervisor = link.start()?;
         let mut t = write(&self.table);
         t.nodes.push(Node {
@@ -428,8 +431,9 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
 
     /// `true` if every node's link is fresh.
     fn all_fresh(&self) -> bool {
+        let now = self.clock.now();
         let t = read(&self.table);
-        !t.nodes.is_empty() && t.nodes.iter().all(|n| n.link.fresh())
+        !t.nodes.is_empty() && t.nodes.iter().all(|n| n.link.fresh_at(now))
     }
 }
 

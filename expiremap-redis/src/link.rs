@@ -220,9 +220,15 @@ where
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     pub(crate) fn new(near: Arc<ExpireMap<K, V>>, cfg: Config) -> Self {
+        Self::with_clock(near, cfg, SystemClock::new())
+    }
+
+    /// With the clock of the cache's other links (a cluster compares their
+    /// freshness at one reading of it).
+    pub(crate) fn with_clock(near: Arc<ExpireMap<K, V>>, cfg: Config, clock: SystemClock) -> Self {
         Shared {
             near,
-            clock: SystemClock::new(),
+            clock,
             cfg,
             fresh_until: AtomicU64::new(0),
             link: Mutex::new(None),
@@ -251,7 +257,13 @@ where
     /// sent less than the staleness bound ago.
     #[inline]
     pub(crate) fn fresh(&self) -> bool {
-        self.clock.now() <= self.fresh_until.load(Ordering::Acquire)
+        self.fresh_at(self.clock.now())
+    }
+
+    /// [`fresh`](Self::fresh) at `now`, a reading of this link's clock.
+    #[inline]
+    pub(crate) fn fresh_at(&self, now: u64) -> bool {
+        now <= self.fresh_until.load(Ordering::Acquire)
     }
 
     pub(crate) fn connected(&self) -> bool {
