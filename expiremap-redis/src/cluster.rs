@@ -587,7 +587,8 @@ impl<K, V> Links<K, V> {
         match self {
             Links::One { link, supervisor } => {
                 link.close();
-                if let Some(h) = lock(supervisor).take() {
+                let h = lock(supervisor).take();
+                if let Some(h) = h {
                     let _ = h.join();
                 }
             }
@@ -599,7 +600,8 @@ impl<K, V> Links<K, V> {
 impl<K, V> Cluster<K, V> {
     fn close_all(&self) {
         self.closing.store(true, Ordering::Release);
-        if let Some(h) = lock(&self.refresher).take() {
+        let h = lock(&self.refresher).take();
+        if let Some(h) = h {
             h.thread().unpark();
             let _ = h.join();
         }

@@ -340,3 +340,66 @@ async fn the_async_api_over_the_cluster() {
     assert_eq!(v, 11);
     assert_eq!(a.remove_async(&"new".to_string()).await.unwrap(), Some(11));
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_stalled_primary_holds_up_only_its_own_keys_on_current_thread() {
+    let c = Cluster::start(3);
+    // Pings unanswered for S stop near hits of the stalled node's keys; the
+    // link is closed only after the call timeout (20 s), far beyond this
+    // test, so the other nodes' near copies stay.
+    let a = NearCache::<String, u64>::cluster_builder(c.urls())
+        .prefix("sp:")
+        .staleness_bound(S)
+        .call_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    // Written by another cache: `a` holds near copies of k0 and k2 only.
+    let b = cache(&c, "sp:");
+    for i in 0..100u64 {
+        b.put_async(format!("k{i}"), i, HOUR).await.unwrap();
+    }
+    let on: Vec<Vec<String>> = (0..3).map(|i| keys_on(&c, i, "sp:")).collect();
+    let (k0, k2) = (on[0][0].clone(), on[2][0].clone());
+    let value = |k: &str| k[1..].parse::<u64>().unwrap();
+    assert_eq!(a.get_async(&k0).await.unwrap(), Some(value(&k0)));
+    assert_eq!(a.get_async(&k2).await.unwrap(), Some(value(&k2)));
+    assert!(a.peek_near(&k0).is_some() && a.peek_near(&k2).is_some());
+
+    c.nodes[2].signal("-STOP");
+    let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ticker = {
+        let ticks = Arc::clone(&ticks);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    // A miss on the stalled node waits without blocking the runtime's one
+    // thread: the ticker runs, and the wait can be given up.
+    let before = ticks.load(Ordering::Relaxed);
+    let r = tokio::time::timeout(Duration::from_millis(300), a.get_async(&on[2][1])).await;
+    assert!(r.is_err(), "a stalled node answered: {r:?}");
+    assert!(
+        ticks.load(Ordering::Relaxed) > before,
+        "the ticker never ran"
+    );
+    // Past S, the stalled node's near copies are no longer served; the
+    // other nodes' still are, and their keys work.
+    let t0 = Instant::now();
+    while a.peek_near(&k2).is_some() {
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "a stalled node's near copy still served"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(a.peek_near(&k0), Some(value(&k0)));
+    a.put_async(on[1][0].clone(), 77, HOUR).await.unwrap();
+    assert_eq!(a.get_async(&on[1][0]).await.unwrap(), Some(77));
+
+    c.nodes[2].signal("-CONT");
+    assert_eq!(a.get_async(&k2).await.unwrap(), Some(value(&k2)));
+    ticker.abort();
+}
