@@ -343,6 +343,8 @@ impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + 
 /// Dropping it closes its connections and stops its threads: three (the
 /// connection's reader, the supervisor that pings and reconnects, and the
 /// near map's evictor), and a fourth with [`Builder::redis_expirations`].
+/// Over a cluster: a reader and a supervisor per primary, the near map's
+/// evictor, and one that reads the slot table.
 pub struct NearCache<K, V> {
     links: Links<K, V>,
     near: Arc<ExpireMap<K, V>>,
