@@ -17,11 +17,18 @@
 //! * When the slot table changes, every near copy is dropped (a copy's
 //!   invalidations come from the node that held its key). When a node's
 //!   link is lost, its reader drops every near copy, as on one server.
-//! * A near copy is served while the link of its slot's primary is fresh
-//!   (a ping sent less than the staleness bound ago answered), checked
-//!   first for all links at once (no key encoding on that path). A key
-//!   leaves a primary by `MIGRATE`, which deletes it there: that primary's
-//!   invalidation drops the copy before the key can be written elsewhere.
+//! * A near copy is served only while *every* link is fresh (a ping sent
+//!   less than the staleness bound ago answered): then every invalidation
+//!   that any known primary sent before that was applied, whichever link
+//!   stored the copy (a reply to an `ASK` comes from a node that does not
+//!   own the slot in the table yet). A key leaves a primary by `MIGRATE`,
+//!   which deletes it there: that primary's invalidation drops the copy
+//!   before the key can be written elsewhere, also on a primary this cache
+//!   has not linked yet. Checking only the link of the key's slot would
+//!   keep near hits of the other nodes' keys while one node stalls, but a
+//!   copy stored from an `ASK` or by a reply that raced a change of the
+//!   table would then be checked against a link that does not carry its
+//!   invalidations; that is not done.
 //!
 //! Why not the `redis` crate's cluster support: its sync `ClusterConnection`
 //! reads replies on the calling thread and cannot hand a tracking push to
@@ -447,20 +454,13 @@ pub(crate) enum Links<K, V> {
 }
 
 impl<K: CacheKey, V: CacheValue> Links<K, V> {
-    /// `true` if a near copy of `key` may be served now.
+    /// `true` if near copies may be served now: the link, or every link
+    /// of a cluster, is fresh.
     #[inline]
-    pub(crate) fn fresh_for(&self, key: &K, prefix: &[u8]) -> bool {
+    pub(crate) fn fresh(&self) -> bool {
         match self {
             Links::One { link, .. } => link.fresh(),
-            Links::Cluster(c) => {
-                if c.all_fresh() {
-                    return true;
-                }
-                codec::redis_key(prefix, key)
-                    .ok()
-                    .and_then(|name| c.route(slot(&name)).ok())
-                    .is_some_and(|l| l.fresh())
-            }
+            Links::Cluster(c) => c.all_fresh(),
         }
     }
 

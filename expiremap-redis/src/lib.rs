@@ -155,9 +155,12 @@
 //!   so its replies and the invalidations of its writes come on one
 //!   connection, in order: the invalidation of a key comes from the node
 //!   that owns it.
-//! * A near copy is served while the link of its slot's primary has an
-//!   answered ping sent less than `S` ago (checked for all links at once
-//!   first, which needs no encoding of the key).
+//! * Near copies are served only while every primary's link has an
+//!   answered ping sent less than `S` ago: a primary that stalls for
+//!   longer than `S` stops the near hits of every key (calls go to Redis,
+//!   and the other primaries' keys keep working) until it answers again.
+//!   That is what keeps the bound for a copy read through an `ASK` (from a
+//!   node the slot table does not name yet).
 //! * Topology: a `MOVED` points the slot at the node it names and asks for
 //!   the slot table at once; an `ASK` (a slot in migration) resends the one
 //!   command with `ASKING`; the slot table is also read every second. A
@@ -711,7 +714,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
 
     #[inline]
     fn near_hit(&self, key: &K) -> Option<V> {
-        if self.links.fresh_for(key, &self.prefix) {
+        if self.links.fresh() {
             self.near.get(key)
         } else {
             None
