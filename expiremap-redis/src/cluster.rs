@@ -8,9 +8,9 @@
 //!   commands go to the primary of its slot (CRC16 of the Redis key, or of
 //!   its `{hash tag}`, mod 16384), so its replies and the invalidations of
 //!   its writes come on the same connection, in order, as on one server.
-//! * The slot table comes from `CLUSTER SLOTS`, asked on a short-lived
-//!   connection of its own: at build, every second, and at once after a
-//!   `MOVED`. A `MOVED` also points the slot at its new primary at once;
+//! * The slot table comes from `CLUSTER SLOTS`, asked on a connection of
+//!   its own (kept open, moved to another node when it fails): at build,
+//!   every second, and at once after a `MOVED`. A `MOVED` also points the slot at its new primary at once;
 //!   an `ASK` (a slot in migration) resends the one command with `ASKING`
 //!   to the node named. A primary not linked yet is linked (connected on
 //!   the calling thread) when a redirect or a refresh names it.
@@ -41,6 +41,7 @@ use crate::connect::{self, Config};
 use crate::error::Error;
 use crate::link::Shared;
 use crate::reply::Receiver;
+use crate::wire::{ReadHalf, WriteHalf};
 use crate::{CacheKey, CacheValue, codec};
 use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{Parser, Value};
@@ -213,25 +214,73 @@ fn parse_slots(reply: &Value, asked: &str) -> Result<Vec<Range>, Error> {
     Ok(out)
 }
 
-/// Asks `addr` for the slot table, on a connection of its own.
-fn ask_slots(base: &Config, addr: &(String, u16)) -> Result<Vec<Range>, Error> {
-    let mut cfg = base.clone();
-    (cfg.host, cfg.port) = addr.clone();
-    let (mut read, write) = connect::dial(&cfg)?;
-    let cmds = [
-        ("HELLO", connect::hello(&cfg)),
-        ("CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS").clone()),
-    ];
-    let replies = connect::handshake(&mut read, &write, &mut Parser::new(), &cmds, &[], |_| {})
-        .map_err(|e| match e {
-            Error::Server(m) if m.contains("cluster support disabled") => Error::Config(format!(
-                "{}:{} is not a Redis Cluster node: use NearCache::builder for one server",
-                addr.0, addr.1
-            )),
-            e => e,
-        })?;
-    write.shutdown();
-    parse_slots(&replies[1], &addr.0)
+/// The connection on which the slot table is asked for (kept open between
+/// refreshes; no tracking, so nothing but replies comes on it).
+struct SlotsConn {
+    read: ReadHalf,
+    write: WriteHalf,
+    parser: Parser,
+    timeout: Duration,
+}
+
+impl SlotsConn {
+    /// Connects to `addr` and asks for the slot table.
+    fn open(base: &Config, addr: &Addr) -> Result<(SlotsConn, Vec<Range>), Error> {
+        let mut cfg = base.clone();
+        (cfg.host, cfg.port) = addr.clone();
+        let (mut read, write) = connect::dial(&cfg)?;
+        let cmds = [
+            ("HELLO", connect::hello(&cfg)),
+            ("CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS").clone()),
+        ];
+        let mut parser = Parser::new();
+        let replies = connect::handshake(&mut read, &write, &mut parser, &cmds, &[], |_| {})
+            .map_err(|e| match e {
+                Error::Server(m) if m.contains("cluster support disabled") => {
+                    Error::Config(format!(
+                        "{}:{} is not a Redis Cluster node: use NearCache::builder for one server",
+                        addr.0, addr.1
+                    ))
+                }
+                e => e,
+            })?;
+        let ranges = parse_slots(&replies[1], &addr.0)?;
+        let timeout = cfg.connect_timeout;
+        let conn = SlotsConn {
+            read,
+            write,
+            parser,
+            timeout,
+        };
+        Ok((conn, ranges))
+    }
+
+    /// Asks for the slot table again, waiting at most the connect timeout
+    /// (as for the handshake): a stalled node holds the refresher, and a
+    /// cache's drop, no longer than that.
+    fn ask(&mut self, asked: &str) -> Result<Vec<Range>, Error> {
+        self.read
+            .tcp()
+            .set_read_timeout(Some(self.timeout))
+            .map_err(Error::io)?;
+        self.write
+            .send(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
+            .map_err(Error::io)?;
+        let reply = self
+            .parser
+            .parse_value(&mut self.read)
+            .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+        match reply {
+            Value::ServerError(e) => Err(Error::Server(format!("CLUSTER SLOTS: {e:?}"))),
+            reply => parse_slots(&reply, asked),
+        }
+    }
+}
+
+impl Drop for SlotsConn {
+    fn drop(&mut self) {
+        self.write.shutdown();
+    }
 }
 
 impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
@@ -245,8 +294,8 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         let mut last = Error::Config("the cluster builder needs at least one seed node".into());
         let mut ranges = None;
         for s in &seeds {
-            match ask_slots(&base, s) {
-                Ok(r) => {
+            match SlotsConn::open(&base, s) {
+                Ok((_, r)) => {
                     ranges = Some(r);
                     break;
                 }
@@ -369,17 +418,28 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         Ok(())
     }
 
-    /// Asks a node (known ones first, then the seeds) for the slot table
-    /// and applies it.
-    fn refresh(&self) {
-        let mut addrs: Vec<(String, u16)> = read(&self.table)
+    /// Asks for the slot table on `conn` (the node last asked), or, if
+    /// that fails, on a new connection to a node (known ones first, then
+    /// the seeds), and applies it.
+    fn refresh(&self, conn: &mut Option<(SlotsConn, Addr)>) {
+        if let Some((c, addr)) = conn.as_mut() {
+            match c.ask(&addr.0) {
+                Ok(r) => {
+                    let _ = self.apply(&r, false);
+                    return;
+                }
+                Err(_) => *conn = None,
+            }
+        }
+        let mut addrs: Vec<Addr> = read(&self.table)
             .nodes
             .iter()
             .map(|n| n.addr.clone())
             .collect();
         addrs.extend(self.seeds.iter().cloned());
-        for a in &addrs {
-            if let Ok(r) = ask_slots(&self.base, a) {
+        for a in addrs {
+            if let Ok((c, r)) = SlotsConn::open(&self.base, &a) {
+                *conn = Some((c, a));
                 let _ = self.apply(&r, false);
                 return;
             }
@@ -387,12 +447,13 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
     }
 
     fn refresh_loop(self: Arc<Self>) {
+        let mut conn = None;
         while !self.closing.load(Ordering::Acquire) {
             thread::park_timeout(REFRESH_EVERY);
             if self.closing.load(Ordering::Acquire) {
                 break;
             }
-            self.refresh();
+            self.refresh(&mut conn);
         }
     }
 
