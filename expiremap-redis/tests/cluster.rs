@@ -401,3 +401,45 @@ async fn a_stalled_primary_holds_up_only_its_own_keys_on_current_thread() {
     assert_eq!(a.get_async(&k2).await.unwrap(), Some(value(&k2)));
     ticker.abort();
 }
+
+#[test]
+fn a_slot_table_change_is_followed_without_a_redirect() {
+    let c = Cluster::start(3);
+    let a = NearCache::<String, u64>::cluster_builder(c.urls())
+        .prefix("t:")
+        .staleness_bound(HOUR)
+        .build()
+        .unwrap();
+    let x = "x".to_string();
+    a.put(x.clone(), 1, HOUR).unwrap();
+    assert_eq!(a.peek_near(&x), Some(1));
+    // An empty slot, not x's, handed to another primary: no key moves and
+    // no call of the cache meets a redirect; the refresher sees the new
+    // table and drops the near copies.
+    let mut raw = c.nodes[0].raw();
+    let slot_of = |raw: &mut redis::Connection, name: &[u8]| -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(name)
+            .query(raw)
+            .unwrap()
+    };
+    let xs = slot_of(&mut raw, b"t:\x01x");
+    let slot = slot_of(&mut raw, b"{empty}");
+    assert_ne!(slot, xs);
+    let from = c.owner(0, slot);
+    let to_id = c.id((from + 1) % 3);
+    for i in 0..3 {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&to_id)
+            .query(&mut c.nodes[i].raw())
+            .unwrap();
+    }
+    eventually("the near copies dropped", || {
+        a.peek_near(&x).is_none().then_some(())
+    });
+    assert_eq!(a.get(&x).unwrap(), Some(1));
+}
