@@ -181,9 +181,11 @@
 //!   events); the credentials and TLS settings of the first seed's URL are
 //!   used for every node; a cluster has only database 0. A failover to a
 //!   replica is followed when the replica answers with its slots (a
-//!   `MOVED`, or the next slot table); as on one server, a primary that is
-//!   cut off from its cluster but not from this process may serve near
-//!   copies its replacement has overwritten until its link fails.
+//!   `MOVED`, or the next slot table). A network partition is beyond the
+//!   bound: a primary cut off from its cluster but not from this process
+//!   keeps answering pings, so near copies of its keys may be served while
+//!   its replacement takes writes, until it steps down or its link fails.
+//!   Tested on a cluster of three primaries of Redis 7.0.15.
 //!
 //! # Requirements
 //!
@@ -304,6 +306,7 @@ mod error;
 mod expirations;
 mod link;
 mod nonblocking;
+mod prefix;
 mod reply;
 mod wire;
 
@@ -316,11 +319,12 @@ use connect::Config;
 use expirations::Expirations;
 use expiremap::{DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS, ExpireMap};
 use link::Shared;
+use prefix::PrefixClaim;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a key of a [`NearCache`] must be: hashable, cloneable and
@@ -360,54 +364,6 @@ pub struct NearCache<K, V> {
     flights: nonblocking::Flights<V>,
     /// Its entry in the process's table of prefixes in use.
     _prefix: PrefixClaim,
-}
-
-/// The key prefixes in use in this process, by server (`host:port/db`):
-/// a cache whose prefix starts another's, or starts with it, on the same
-/// server, is refused (their keys could alias: `"a"` followed by the key
-/// bytes `b...` is `"ab"` followed by `...`). Equal prefixes are allowed:
-/// caches that share data share a prefix.
-static PREFIXES: Mutex<Vec<(String, Vec<u8>)>> = Mutex::new(Vec::new());
-
-/// A claim on a prefix in [`PREFIXES`], released on drop.
-struct PrefixClaim {
-    server: String,
-    prefix: Vec<u8>,
-}
-
-impl PrefixClaim {
-    fn take(server: String, prefix: &[u8]) -> Result<Self, Error> {
-        let mut table = PREFIXES.lock().unwrap_or_else(PoisonError::into_inner);
-        let clash = table.iter().find(|(s, p)| {
-            *s == server && p[..] != prefix[..] && (p.starts_with(prefix) || prefix.starts_with(p))
-        });
-        if let Some((_, other)) = clash {
-            return Err(Error::Config(format!(
-                "the key prefix {:?} overlaps the prefix {:?} of another cache of this process \
-                 on the same server: their keys could alias (one prefix must not start the \
-                 other)",
-                String::from_utf8_lossy(prefix),
-                String::from_utf8_lossy(other)
-            )));
-        }
-        table.push((server.clone(), prefix.to_vec()));
-        Ok(PrefixClaim {
-            server,
-            prefix: prefix.to_vec(),
-        })
-    }
-}
-
-impl Drop for PrefixClaim {
-    fn drop(&mut self) {
-        let mut table = PREFIXES.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = table
-            .iter()
-            .position(|(s, p)| *s == self.server && *p == self.prefix)
-        {
-            table.swap_remove(i);
-        }
-    }
 }
 
 /// Settings of a [`NearCache`], from [`NearCache::builder`].
