@@ -4,20 +4,12 @@
 //! `cluster-require-full-coverage no`: with a primary down, the other
 //! primaries keep serving their slots.
 
-use super::{PATIENCE, Server};
-use std::net::TcpListener;
+use super::{PATIENCE, Server, free_port};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub struct Cluster {
     pub nodes: Vec<Server>,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 pub fn redis_cli() -> String {
@@ -31,22 +23,26 @@ impl Cluster {
         let nodes: Vec<Server> = (0..n)
             .map(|_| {
                 // The bus port would default to port + 10000, which may not
-                // exist for a high port: pick a free one.
-                let bus = free_port().to_string();
-                Server::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-port",
-                    &bus,
-                    "--cluster-node-timeout",
-                    "1000",
-                    "--cluster-require-full-coverage",
-                    "no",
-                    "--cluster-allow-reads-when-down",
-                    "no",
-                ])
+                // exist for a high port: pick a free one (again on a retry).
+                Server::start_with_ports(|| {
+                    let bus = free_port().to_string();
+                    [
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-port",
+                        &bus,
+                        "--cluster-node-timeout",
+                        "1000",
+                        "--cluster-require-full-coverage",
+                        "no",
+                        "--cluster-allow-reads-when-down",
+                        "no",
+                    ]
+                    .map(String::from)
+                    .to_vec()
+                })
             })
             .collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
