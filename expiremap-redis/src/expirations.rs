@@ -22,8 +22,8 @@
 //!   error there.
 
 use crate::codec;
+use crate::connect::{self, Config};
 use crate::error::Error;
-use crate::link::{self, Config};
 use crate::wire::ReadHalf;
 use expiremap::broadcast;
 use redis::{Parser, PushKind, Value};
@@ -91,9 +91,9 @@ where
     /// `close` shuts down, unless the cache is closing.
     fn connect(&self, first: bool) -> Result<(ReadHalf, Parser), Error> {
         let cfg = &self.cfg;
-        let (mut stream, write) = link::dial(cfg)?;
+        let (mut stream, write) = connect::dial(cfg)?;
         keepalive(stream.tcp())?;
-        let mut cmds = vec![("HELLO", link::hello(cfg))];
+        let mut cmds = vec![("HELLO", connect::hello(cfg))];
         if first {
             let get = redis::cmd("CONFIG")
                 .arg("GET")
@@ -108,7 +108,7 @@ where
         let mut parser = Parser::new();
         // CONFIG may be disabled or denied (managed servers): the setting
         // cannot be checked then, only documented.
-        let replies = link::handshake(
+        let replies = connect::handshake(
             &mut stream,
             &write,
             &mut parser,

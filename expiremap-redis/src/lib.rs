@@ -23,6 +23,35 @@
 //! # Ok::<(), expiremap_redis::Error>(())
 //! ```
 //!
+//! # Async
+//!
+//! [`get_async`](NearCache::get_async), [`put_async`](NearCache::put_async),
+//! [`remove_async`](NearCache::remove_async),
+//! [`get_or_insert_with_async`](NearCache::get_or_insert_with_async) and
+//! [`try_get_or_insert_with_async`](NearCache::try_get_or_insert_with_async)
+//! are the same calls as futures, for any executor (tokio of either
+//! flavour, async-std, a hand-rolled one): the library depends on no
+//! runtime. A miss awaits its reply without parking a thread (the cache's
+//! reader thread wakes the task when the reply is applied; the supervisor
+//! thread wakes it when the call timeout has passed, within 50 ms of it),
+//! so a stalled server holds up only the tasks that wait on it. A near hit
+//! is ready on the first poll. The coherence and the staleness bound are
+//! the same as for the blocking calls. Dropping a call's future does not
+//! take its command back: a reply that comes is applied as any other.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), expiremap_redis::Error> {
+//! use expiremap_redis::NearCache;
+//! use std::time::Duration;
+//!
+//! let cache: NearCache<String, u64> = NearCache::builder("redis://127.0.0.1:6379").build()?;
+//! let v = cache
+//!     .get_or_insert_with_async("bob".to_string(), Duration::from_secs(60), async { 7 })
+//!     .await?;
+//! assert_eq!(cache.get_async(&"bob".to_string()).await?, Some(v));
+//! # Ok(()) }
+//! ```
+//!
 //! # Coherence
 //!
 //! Each cache holds **one** data connection, in RESP3, on which it asks for
@@ -112,6 +141,52 @@
 //! stored. A `put` or `remove` that failed with `Error::Connection` may or
 //! may not have reached the server.
 //!
+//! # Redis Cluster
+//!
+//! [`NearCache::cluster_builder`] takes the URLs of some of a cluster's
+//! nodes (the seeds; one that answers is enough) and gives the same
+//! `NearCache`, with the same calls, coherence and staleness bound per key:
+//!
+//! * The cache asks a seed for the slot table (`CLUSTER SLOTS`) and opens
+//!   one link, exactly the single-server connection above (RESP3, broadcast
+//!   tracking of the prefix, its reader, its pings, its reconnects), to
+//!   every primary; all links store into one near map. A key goes to the
+//!   primary of its slot (CRC16 of the Redis key, or of its `{hash tag}`),
+//!   so its replies and the invalidations of its writes come on one
+//!   connection, in order: the invalidation of a key comes from the node
+//!   that owns it.
+//! * Near copies are served only while every primary's link has an
+//!   answered ping sent less than `S` ago: a primary that stalls for
+//!   longer than `S` stops the near hits of every key (calls go to Redis,
+//!   and the other primaries' keys keep working) until it answers again.
+//!   That is what keeps the bound for a copy read through an `ASK` (from a
+//!   node the slot table does not name yet).
+//! * Topology: a `MOVED` points the slot at the node it names and asks for
+//!   the slot table at once; an `ASK` (a slot in migration) resends the one
+//!   command with `ASKING`; the slot table is also read every second. A
+//!   primary not linked yet is linked when a redirect or the table names it
+//!   (its connect runs on the thread that met it). When the slot table
+//!   changes, every near copy is dropped; when a node's link is lost,
+//!   every near copy is dropped too (as on one server), and calls on that
+//!   node's keys fail with an [`Error::Connection`] that names the node
+//!   (`cluster node host:port: ...`) while the link reconnects; the other
+//!   nodes' keys keep working. A key leaves a node by `MIGRATE`, which
+//!   deletes it there, so that node's invalidation drops its near copy.
+//! * For the other nodes' keys to keep working while a primary is down
+//!   without a replica to replace it, the cluster must be set with
+//!   `cluster-require-full-coverage no` (otherwise every node answers
+//!   `CLUSTERDOWN`, which calls return as [`Error::Server`]).
+//! * Limits: the links are to primaries only (no reads from replicas);
+//!   [`Builder::redis_expirations`] is refused (each node sends its own
+//!   events); the credentials and TLS settings of the first seed's URL are
+//!   used for every node; a cluster has only database 0. A failover to a
+//!   replica is followed when the replica answers with its slots (a
+//!   `MOVED`, or the next slot table). A network partition is beyond the
+//!   bound: a primary cut off from its cluster but not from this process
+//!   keeps answering pings, so near copies of its keys may be served while
+//!   its replacement takes writes, until it steps down or its link fails.
+//!   Tested on a cluster of three primaries of Redis 7.0.15.
+//!
 //! # Requirements
 //!
 //! Redis 6.2 or later (RESP3 and `GETDEL`), over TCP
@@ -123,7 +198,10 @@
 //! on read-only replicas); on 6.2 with `EVAL`. Tested with Redis 7.0.15
 //! (Debian 12's package), over TCP and TLS. Valkey speaks the same protocol
 //! but is not tested (Debian 12 has no package of it). Not supported yet:
-//! Unix sockets, Redis Cluster, TLS client certificates. Values much larger
+//! Unix sockets, TLS client certificates. A
+//! cluster node's URL given to [`NearCache::builder`] fails `build` with an
+//! [`Error::Config`] that says to use [`NearCache::cluster_builder`] (the
+//! server's `INFO cluster` says `cluster_enabled:1`); see *Redis Cluster*. Values much larger
 //! than what the link moves in the call timeout delay the calls and pings
 //! queued behind them.
 //!
@@ -221,26 +299,32 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod cluster;
 mod codec;
+mod connect;
 mod error;
 mod expirations;
 mod link;
+mod nonblocking;
+mod prefix;
+mod reply;
 mod wire;
 
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
 
+use cluster::{Cluster, Links};
+use connect::Config;
 use expirations::Expirations;
 use expiremap::{DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS, ExpireMap};
-use link::{Config, Shared};
+use link::Shared;
+use prefix::PrefixClaim;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a key of a [`NearCache`] must be: hashable, cloneable and
@@ -266,66 +350,27 @@ impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + 
 /// Dropping it closes its connections and stops its threads: three (the
 /// connection's reader, the supervisor that pings and reconnects, and the
 /// near map's evictor), and a fourth with [`Builder::redis_expirations`].
+/// Over a cluster: a reader and a supervisor per primary, the near map's
+/// evictor, and one that reads the slot table.
 pub struct NearCache<K, V> {
-    shared: Arc<Shared<K, V>>,
-    supervisor: Option<JoinHandle<()>>,
+    links: Links<K, V>,
+    near: Arc<ExpireMap<K, V>>,
+    /// The key prefix in Redis.
+    prefix: Vec<u8>,
+    staleness: Duration,
     /// With `redis_expirations`: its connection, thread and ring.
     expirations: Option<Arc<Expirations<K>>>,
+    /// The loads in flight of `get_or_insert_with_async`.
+    flights: nonblocking::Flights<V>,
     /// Its entry in the process's table of prefixes in use.
     _prefix: PrefixClaim,
-}
-
-/// The key prefixes in use in this process, by server (`host:port/db`):
-/// a cache whose prefix starts another's, or starts with it, on the same
-/// server, is refused (their keys could alias: `"a"` followed by the key
-/// bytes `b...` is `"ab"` followed by `...`). Equal prefixes are allowed:
-/// caches that share data share a prefix.
-static PREFIXES: Mutex<Vec<(String, Vec<u8>)>> = Mutex::new(Vec::new());
-
-/// A claim on a prefix in [`PREFIXES`], released on drop.
-struct PrefixClaim {
-    server: String,
-    prefix: Vec<u8>,
-}
-
-impl PrefixClaim {
-    fn take(server: String, prefix: &[u8]) -> Result<Self, Error> {
-        let mut table = PREFIXES.lock().unwrap_or_else(PoisonError::into_inner);
-        let clash = table.iter().find(|(s, p)| {
-            *s == server && p[..] != prefix[..] && (p.starts_with(prefix) || prefix.starts_with(p))
-        });
-        if let Some((_, other)) = clash {
-            return Err(Error::Config(format!(
-                "the key prefix {:?} overlaps the prefix {:?} of another cache of this process \
-                 on the same server: their keys could alias (one prefix must not start the \
-                 other)",
-                String::from_utf8_lossy(prefix),
-                String::from_utf8_lossy(other)
-            )));
-        }
-        table.push((server.clone(), prefix.to_vec()));
-        Ok(PrefixClaim {
-            server,
-            prefix: prefix.to_vec(),
-        })
-    }
-}
-
-impl Drop for PrefixClaim {
-    fn drop(&mut self) {
-        let mut table = PREFIXES.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = table
-            .iter()
-            .position(|(s, p)| *s == self.server && *p == self.prefix)
-        {
-            table.swap_remove(i);
-        }
-    }
 }
 
 /// Settings of a [`NearCache`], from [`NearCache::builder`].
 pub struct Builder<K, V> {
     url: String,
+    /// From [`NearCache::cluster_builder`]: the seed nodes' URLs.
+    seeds: Option<Vec<String>>,
     prefix: Option<Vec<u8>>,
     max_entries: Option<u64>,
     max_near_ttl: Option<Duration>,
@@ -440,6 +485,11 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
     /// assert!(matches!(r, Err(Error::Config(_))));
     /// ```
     pub fn build(self) -> Result<NearCache<K, V>, Error> {
+        if self.seeds.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::Config(
+                "the cluster builder needs at least one seed node".into(),
+            ));
+        }
         let mut cfg = Config::from_url(&self.url)?;
         #[cfg(feature = "tls")]
         if cfg.tls {
@@ -483,31 +533,59 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
                 None => {}
             }
         }
-        let claim =
-            PrefixClaim::take(format!("{}:{}/{}", cfg.host, cfg.port, cfg.db), &cfg.prefix)?;
+        let server = match &self.seeds {
+            Some(seeds) => {
+                if self.redis_expirations {
+                    return Err(Error::Config(
+                        "redis_expirations is not supported over a Redis Cluster yet".into(),
+                    ));
+                }
+                if cfg.db != 0 {
+                    return Err(Error::Config(
+                        "a Redis Cluster has only database 0 (no /db in the seed URLs)".into(),
+                    ));
+                }
+                cfg.cluster = true;
+                let mut addrs: Vec<String> = seeds.iter().map(|u| connect::redact(u)).collect();
+                addrs.sort();
+                format!("cluster {}", addrs.join(" "))
+            }
+            None => format!("{}:{}/{}", cfg.host, cfg.port, cfg.db),
+        };
+        let claim = PrefixClaim::take(server, &cfg.prefix)?;
 
         let mut near = ExpireMap::<K, V>::builder().publish_removals(self.publish_removals);
         if let Some(n) = self.max_entries {
             near = near.max_entries(n);
         }
-        let near = near.try_build().map_err(|e| Error::Config(e.to_string()))?;
+        let near = Arc::new(near.try_build().map_err(|e| Error::Config(e.to_string()))?);
         let events_cfg = cfg.clone();
-        let shared = Arc::new(Shared::new(near, cfg));
-        let first = shared.connect()?;
-        let me = Arc::clone(&shared);
-        let supervisor = thread::Builder::new()
-            .name("expiremap-redis-supervisor".into())
-            .spawn(move || me.supervise(first))
-            .map_err(Error::io)?;
-        // The first connection is installed by the supervisor; wait for it so
-        // that the first call does not find the cache "reconnecting".
-        while shared.connects.load(Ordering::Acquire) == 0 && !supervisor.is_finished() {
-            thread::yield_now();
-        }
+        let (prefix, staleness) = (cfg.prefix.clone(), cfg.staleness);
+        let links = match &self.seeds {
+            Some(seeds) => {
+                let mut addrs = Vec::new();
+                for u in seeds {
+                    let c = Config::from_url(u)?;
+                    addrs.push((c.host, c.port));
+                }
+                Links::Cluster(Cluster::start(cfg, addrs, Arc::clone(&near))?)
+            }
+            None => {
+                let link = Arc::new(Shared::new(Arc::clone(&near), cfg));
+                let supervisor = link.start()?;
+                Links::One {
+                    link,
+                    supervisor: Mutex::new(Some(supervisor)),
+                }
+            }
+        };
         let mut cache = NearCache {
-            shared,
-            supervisor: Some(supervisor),
+            links,
+            near,
+            prefix,
+            staleness,
             expirations: None,
+            flights: nonblocking::Flights::new(),
             _prefix: claim,
         };
         if self.redis_expirations {
@@ -523,7 +601,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
 impl<K, V> fmt::Debug for Builder<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
-            .field("url", &link::redact(&self.url))
+            .field("url", &connect::redact(&self.url))
             .field("prefix", &self.prefix)
             .field("max_entries", &self.max_entries)
             .field("max_near_ttl", &self.max_near_ttl)
@@ -539,6 +617,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     pub fn builder(url: impl Into<String>) -> Builder<K, V> {
         Builder {
             url: url.into(),
+            seeds: None,
             prefix: None,
             max_entries: None,
             max_near_ttl: None,
@@ -552,6 +631,32 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         }
     }
 
+    /// A builder for a cache over a Redis Cluster, from its seed nodes'
+    /// URLs (`redis://[user:password@]host:port`, or `rediss://`; any
+    /// reachable node will do, the others are found from it). The cache
+    /// links every primary (see the crate docs, *Redis Cluster*); the
+    /// credentials, TLS and timeouts of the first seed's URL apply to all.
+    ///
+    /// ```no_run
+    /// use expiremap_redis::NearCache;
+    ///
+    /// let cache: NearCache<String, u64> =
+    ///     NearCache::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///         .prefix("users:")
+    ///         .build()?;
+    /// # Ok::<(), expiremap_redis::Error>(())
+    /// ```
+    pub fn cluster_builder<I, S>(seeds: I) -> Builder<K, V>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let seeds: Vec<String> = seeds.into_iter().map(Into::into).collect();
+        let mut b = Self::builder(seeds.first().cloned().unwrap_or_default());
+        b.seeds = Some(seeds);
+        b
+    }
+
     /// The value of `key`: from the near copy if there is one and the
     /// staleness bound allows (no network), else from Redis in one round
     /// trip (value and remaining TTL), leaving a near copy.
@@ -559,13 +664,14 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         if let Some(v) = self.near_hit(key) {
             return Ok(Some(v));
         }
-        self.shared.fetch(key)
+        self.links
+            .run(key, &self.prefix, |l, asking| l.fetch(key, asking))
     }
 
     #[inline]
     fn near_hit(&self, key: &K) -> Option<V> {
-        if self.shared.fresh() {
-            self.shared.near.get(key)
+        if self.links.fresh() {
+            self.near.get(key)
         } else {
             None
         }
@@ -578,7 +684,11 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         if ttl.is_zero() {
             return Ok(());
         }
-        self.shared.set(key, value, ttl, false).map(drop)
+        self.links
+            .run(&key, &self.prefix, |l, asking| {
+                l.set(key.clone(), value.clone(), ttl, false, asking)
+            })
+            .map(drop)
     }
 
     /// Deletes `key` from Redis (`GETDEL`) and drops the near copy. Returns
@@ -588,7 +698,8 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// means the key *was* deleted, but the value it held did not decode as
     /// `V` (its message says so too).
     pub fn remove(&self, key: &K) -> Result<Option<V>, Error> {
-        self.shared.del(key)
+        self.links
+            .run(key, &self.prefix, |l, asking| l.del(key, asking))
     }
 
     /// The value of `key`, or, if Redis has none, `init()`'s value stored
@@ -630,15 +741,19 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         // Single flight through the near map's own loading, with a zero TTL:
         // it stores nothing itself (the connection's reader does), it only
         // makes waiters share the loader's value.
-        self.shared
-            .near
+        self.near
             .try_get_or_insert_with(key.clone(), Duration::ZERO, || {
-                if let Some(v) = self.shared.fetch(&key)? {
+                let fetched = self
+                    .links
+                    .run(&key, &self.prefix, |l, asking| l.fetch(&key, asking))?;
+                if let Some(v) = fetched {
                     return Ok(v);
                 }
                 let v = init()?;
                 if !ttl.is_zero() {
-                    self.shared.set(key.clone(), v.clone(), ttl, true)?;
+                    self.links.run(&key, &self.prefix, |l, asking| {
+                        l.set(key.clone(), v.clone(), ttl, true, asking)
+                    })?;
                 }
                 Ok(v)
             })
@@ -646,7 +761,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
 
     /// A reader of the near copies' events (see the crate docs, *Events*).
     pub fn subscribe(&self) -> Result<Subscriber<K, V>, SubscribeError> {
-        self.shared.near.subscribe()
+        self.near.subscribe()
     }
 
     /// A reader of the keys under the prefix that expire in Redis, with
@@ -690,17 +805,17 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// The time left to the near copy of `key` (ignoring the staleness
     /// bound), without any network.
     pub fn near_ttl(&self, key: &K) -> Option<Duration> {
-        self.shared.near.ttl(key)
+        self.near.ttl(key)
     }
 
     /// Near copies held (including ones past their deadline not yet evicted).
     pub fn near_len(&self) -> usize {
-        self.shared.near.len()
+        self.near.len()
     }
 
     /// `true` while the cache has a connection (calls may still fail on it).
     pub fn is_connected(&self) -> bool {
-        self.shared.connected()
+        self.links.connected()
     }
 
     /// While the cache is reconnecting: why its last attempt failed (a
@@ -708,27 +823,24 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// change...). Calls that fail for want of a connection carry it too,
     /// in their message and as their error's source.
     pub fn last_connect_error(&self) -> Option<Error> {
-        self.shared.last_error()
+        self.links.last_error()
     }
 
     /// How many connections the cache has made, the first included: one
     /// more after each recovery from a lost connection.
     pub fn connections(&self) -> u64 {
-        self.shared.connects.load(Ordering::Relaxed)
+        self.links.connects()
     }
 
     /// The staleness bound in force (see the crate docs).
     pub fn staleness_bound(&self) -> Duration {
-        self.shared.cfg.staleness
+        self.staleness
     }
 }
 
 impl<K, V> Drop for NearCache<K, V> {
     fn drop(&mut self) {
-        self.shared.close();
-        if let Some(h) = self.supervisor.take() {
-            let _ = h.join();
-        }
+        self.links.close();
         if let Some(e) = &self.expirations {
             e.close();
         }
@@ -738,8 +850,8 @@ impl<K, V> Drop for NearCache<K, V> {
 impl<K, V> fmt::Debug for NearCache<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NearCache")
-            .field("prefix", &String::from_utf8_lossy(&self.shared.cfg.prefix))
-            .field("staleness", &self.shared.cfg.staleness)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("staleness", &self.staleness)
             .finish_non_exhaustive()
     }
 }

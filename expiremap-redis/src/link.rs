@@ -8,7 +8,9 @@
 //!   the server produced them relative to the replies.
 //! * Callers write a command and push its [`Op`] on `pending` under the
 //!   `link` mutex (so the queue order is the wire order), then wait for their
-//!   reply on a channel of their own, with no lock held.
+//!   reply in a slot of their own ([`crate::reply`]), with no lock held:
+//!   parked (the blocking calls) or awaiting (the async ones, woken by the
+//!   reader, or by the supervisor at their call timeout).
 //! * The *reader* thread is the only writer of the near map (puts, removes,
 //!   clears), and it applies replies and pushes one by one in wire order. A
 //!   reply's value is stored in the near map only by the reader, before it
@@ -44,22 +46,23 @@
 //!   on which.
 
 use crate::codec;
+use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
 use crate::error::Error;
-use crate::wire::{self, ReadHalf, WriteHalf};
+use crate::reply::{self, Receiver};
+use crate::wire::{ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
-use redis::{ConnectionAddr, Parser, PushKind, Value};
+use redis::{Parser, PushKind, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::Hash;
 use std::io;
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::Waker;
 use std::thread::{self, JoinHandle, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Reads a key's value and its remaining time in one round trip, atomically.
 /// A missing key reads as `false` (GET) and `-2` (PTTL). Sent as `EVAL_RO`
@@ -82,114 +85,7 @@ const MAX_PX_MS: u128 = 1 << 50;
 /// Most time between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
-/// How the cache connects, and its bounds.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
-    pub(crate) db: i64,
-    /// `rediss://`: TLS, with this client configuration (set by `build`).
-    pub(crate) tls: bool,
-    #[cfg(feature = "tls")]
-    pub(crate) tls_config: Option<Arc<rustls::ClientConfig>>,
-    pub(crate) prefix: Vec<u8>,
-    pub(crate) staleness: Duration,
-    pub(crate) max_near_ttl: Duration,
-    pub(crate) connect_timeout: Duration,
-    /// How long a call waits for its reply; see [`Config::dead_after`].
-    pub(crate) call_timeout: Duration,
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("db", &self.db)
-            .field("tls", &self.tls)
-            .field("prefix", &String::from_utf8_lossy(&self.prefix))
-            .finish_non_exhaustive()
-    }
-}
-
-/// `url` with its credentials (everything between `://` and the last `@`)
-/// replaced by `***`, for messages and `Debug`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_string();
-    };
-    let start = url.find("://").map_or(0, |i| i + 3).min(at);
-    format!("{}***{}", &url[..start], &url[at..])
-}
-
-impl Config {
-    pub(crate) fn from_url(url: &str) -> Result<Self, Error> {
-        use redis::IntoConnectionInfo;
-        let bad =
-            |e: &dyn fmt::Display| Error::Config(format!("bad redis URL {}: {e}", redact(url)));
-        // The `redis` crate parses `rediss://` only with its own TLS
-        // features (which bring its connections); ours is in `wire`.
-        let (plain, tls) = match url.split_once("://") {
-            Some(("rediss", rest)) => (format!("redis://{rest}"), true),
-            Some(("valkeys", rest)) => (format!("valkey://{rest}"), true),
-            _ => (url.to_string(), false),
-        };
-        if tls && plain.contains('#') {
-            return Err(bad(
-                &"no URL fragment is supported (certificate checks cannot be \
-                turned off with #insecure; trust a private CA with Builder::tls_ca_pem)",
-            ));
-        }
-        let info = plain.as_str().into_connection_info().map_err(|e| bad(&e))?;
-        let (host, port) = match info.addr() {
-            ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
-            other => {
-                return Err(Error::Config(format!(
-                    "only TCP (redis://) and TLS (rediss://) are supported, not {other:?}"
-                )));
-            }
-        };
-        if tls && !cfg!(feature = "tls") {
-            return Err(Error::Config(
-                "rediss:// needs the `tls` feature of expiremap-redis (on by default)".into(),
-            ));
-        }
-        let r = info.redis_settings();
-        Ok(Config {
-            host,
-            port,
-            username: r.username().map(str::to_string),
-            password: r.password().map(str::to_string),
-            db: r.db(),
-            tls,
-            #[cfg(feature = "tls")]
-            tls_config: None,
-            prefix: b"expiremap:".to_vec(),
-            staleness: Duration::from_millis(500),
-            max_near_ttl: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(1),
-            call_timeout: Duration::from_secs(2),
-        })
-    }
-
-    fn ping_every(&self) -> Duration {
-        self.staleness / 4
-    }
-
-    /// How long a ping may go unanswered before the connection is closed:
-    /// the longer of the staleness bound and the call timeout. A shorter
-    /// stall costs near hits (after `staleness`) and calls that time out,
-    /// never the connection nor the near copies.
-    fn dead_after(&self) -> Duration {
-        self.staleness.max(self.call_timeout)
-    }
-}
-
-type Reply<T> = SyncSender<Result<T, Error>>;
+type Reply<T> = reply::Sender<T>;
 
 /// A command in flight, waiting for its reply.
 enum Op<K, V> {
@@ -212,21 +108,34 @@ enum Op<K, V> {
     Ping {
         sent: u64,
     },
+    /// `ASKING`, sent before a command redirected by an `ASK` (a cluster's
+    /// slot in migration); its reply is dropped.
+    Asking,
 }
 
 impl<K, V> Op<K, V> {
     fn key(&self) -> Option<&K> {
         match self {
             Op::Fetch { key, .. } | Op::Set { key, .. } | Op::Del { key, .. } => Some(key),
-            Op::Ping { .. } => None,
+            Op::Ping { .. } | Op::Asking => None,
         }
     }
 
     fn fail(self, e: Error) {
         match self {
-            Op::Fetch { tx, .. } | Op::Del { tx, .. } => drop(tx.send(Err(e))),
-            Op::Set { tx, .. } => drop(tx.send(Err(e))),
-            Op::Ping { .. } => {}
+            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.send(Err(e)),
+            Op::Set { tx, .. } => tx.send(Err(e)),
+            Op::Ping { .. } | Op::Asking => {}
+        }
+    }
+
+    /// The waker of an awaited call past its deadline (see
+    /// [`reply::Sender::expire`]).
+    fn expire(&self, now: Instant) -> Option<Waker> {
+        match self {
+            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.expire(now),
+            Op::Set { tx, .. } => tx.expire(now),
+            Op::Ping { .. } | Op::Asking => None,
         }
     }
 }
@@ -242,7 +151,9 @@ struct Conn<K, V> {
 
 /// What the cache handle, the reader and the supervisor share.
 pub(crate) struct Shared<K, V> {
-    pub(crate) near: ExpireMap<K, V>,
+    /// The near map (one per cache, shared by the links to the nodes of
+    /// a cluster).
+    pub(crate) near: Arc<ExpireMap<K, V>>,
     pub(crate) clock: SystemClock,
     pub(crate) cfg: Config,
     /// Near copies may be served while `clock.now() <= fresh_until`.
@@ -292,13 +203,6 @@ fn down(cause: Option<Error>) -> Error {
     )))
 }
 
-fn lost() -> Error {
-    Error::connection(
-        io::ErrorKind::ConnectionAborted,
-        "connection lost before the reply",
-    )
-}
-
 /// A handshaken connection: the stream, its parser (which may already hold
 /// bytes past the handshake's replies), when tracking was asked for, and
 /// whether the server has `EVAL_RO`.
@@ -315,10 +219,16 @@ where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    pub(crate) fn new(near: ExpireMap<K, V>, cfg: Config) -> Self {
+    pub(crate) fn new(near: Arc<ExpireMap<K, V>>, cfg: Config) -> Self {
+        Self::with_clock(near, cfg, SystemClock::new())
+    }
+
+    /// With the clock of the cache's other links (a cluster compares their
+    /// freshness at one reading of it).
+    pub(crate) fn with_clock(near: Arc<ExpireMap<K, V>>, cfg: Config, clock: SystemClock) -> Self {
         Shared {
             near,
-            clock: SystemClock::new(),
+            clock,
             cfg,
             fresh_until: AtomicU64::new(0),
             link: Mutex::new(None),
@@ -347,7 +257,13 @@ where
     /// sent less than the staleness bound ago.
     #[inline]
     pub(crate) fn fresh(&self) -> bool {
-        self.clock.now() <= self.fresh_until.load(Ordering::Acquire)
+        self.fresh_at(self.clock.now())
+    }
+
+    /// [`fresh`](Self::fresh) at `now`, a reading of this link's clock.
+    #[inline]
+    pub(crate) fn fresh_at(&self, now: u64) -> bool {
+        now <= self.fresh_until.load(Ordering::Acquire)
     }
 
     pub(crate) fn connected(&self) -> bool {
@@ -356,47 +272,42 @@ where
 
     // ---- calls ----
 
-    /// Writes `cmd`, queues the op `make` builds (given the send time and
-    /// the reply channel), and waits for the reply, at most the call
-    /// timeout. A call that times out leaves its op queued: the reply, if
-    /// it comes, is applied (and its near copy stored) as any other.
+    /// Writes `cmd` and queues the op `make` builds (given the send time and
+    /// the reply's sender); the caller waits on the receiver (parked or
+    /// awaiting), at most the call timeout. A call that times out leaves
+    /// its op queued: the reply, if it comes, is applied (and its near copy
+    /// stored) as any other.
     fn call<T>(
         &self,
         cmd: &[u8],
+        asking: bool,
         make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
-    ) -> Result<T, Error> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        {
-            let mut link = self.link();
-            let Some(conn) = link.as_mut() else {
-                drop(link);
-                return Err(self.down());
-            };
-            let sent = self.clock.now();
-            conn.pending.push_back(make(sent, tx));
-            if conn.stream.send(cmd).is_err() {
-                // The reader sees the shutdown and fails every pending op,
-                // this one included.
+    ) -> Result<Receiver<T>, Error> {
+        let (tx, rx) = reply::channel(self.cfg.call_timeout);
+        let mut link = self.link();
+        let Some(conn) = link.as_mut() else {
+            drop(link);
+            return Err(self.down());
+        };
+        let sent = self.clock.now();
+        if asking {
+            conn.pending.push_back(Op::Asking);
+            if conn.stream.send(b"*1\r\n$6\r\nASKING\r\n").is_err() {
                 conn.stream.shutdown();
             }
         }
-        let timeout = self.cfg.call_timeout;
-        match rx.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(RecvTimeoutError::Disconnected) => Err(lost()),
-            Err(RecvTimeoutError::Timeout) => Err(Error::connection(
-                io::ErrorKind::TimedOut,
-                &format!(
-                    "no reply within the call timeout ({timeout:?}); a write may still be \
-                     applied by the server"
-                ),
-            )),
+        conn.pending.push_back(make(sent, tx));
+        if conn.stream.send(cmd).is_err() {
+            // The reader sees the shutdown and fails every pending op,
+            // this one included.
+            conn.stream.shutdown();
         }
+        Ok(rx)
     }
 
     /// The value of `key` in Redis (value and remaining TTL in one script),
     /// leaving a near copy.
-    pub(crate) fn fetch(&self, key: &K) -> Result<Option<V>, Error> {
+    pub(crate) fn fetch(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let eval = if self.eval_ro.load(Ordering::Relaxed) {
             "EVAL_RO"
@@ -408,7 +319,7 @@ where
             .arg(1)
             .arg(name)
             .get_packed_command();
-        self.call(&cmd, |sent, tx| Op::Fetch {
+        self.call(&cmd, asking, |sent, tx| Op::Fetch {
             key: key.clone(),
             sent,
             tx,
@@ -416,7 +327,14 @@ where
     }
 
     /// `SET name value PX ttl [NX]`; `Ok(false)` only if `NX` declined.
-    pub(crate) fn set(&self, key: K, value: V, ttl: Duration, nx: bool) -> Result<bool, Error> {
+    pub(crate) fn set(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        nx: bool,
+        asking: bool,
+    ) -> Result<Receiver<bool>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, &key)?;
         let bytes = codec::encode_value(&value)?;
         let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS);
@@ -425,7 +343,7 @@ where
         if nx {
             cmd.arg("NX");
         }
-        self.call(&cmd.get_packed_command(), |sent, tx| Op::Set {
+        self.call(&cmd.get_packed_command(), asking, |sent, tx| Op::Set {
             key,
             value,
             ttl,
@@ -435,10 +353,10 @@ where
     }
 
     /// `GETDEL name`.
-    pub(crate) fn del(&self, key: &K) -> Result<Option<V>, Error> {
+    pub(crate) fn del(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let cmd = redis::cmd("GETDEL").arg(name).get_packed_command();
-        self.call(&cmd, |_, tx| Op::Del {
+        self.call(&cmd, asking, |_, tx| Op::Del {
             key: key.clone(),
             tx,
         })
@@ -483,16 +401,23 @@ where
             if let Some(k) = op.key() {
                 self.near.remove(k);
             }
-            return op.fail(Error::Server(e.to_string()));
+            // As the server wrote it ("MOVED 3999 127.0.0.1:7002"), which
+            // is also what the cluster's redirects are read from.
+            let m = match e.details() {
+                Some(d) => format!("{} {d}", e.code()),
+                None => e.code().to_string(),
+            };
+            return op.fail(Error::Server(m));
         }
         match op {
+            Op::Asking => {}
             Op::Ping { sent } => {
                 let until = sent.saturating_add(nanos(self.cfg.staleness));
                 self.fresh_until.fetch_max(until, Ordering::AcqRel);
             }
             Op::Fetch { key, sent, tx } => {
                 let r = self.fetched(key, sent, reply);
-                let _ = tx.send(r);
+                tx.send(r);
             }
             Op::Set {
                 key,
@@ -516,7 +441,7 @@ where
                         Err(Error::Protocol(format!("SET answered {other:?}")))
                     }
                 };
-                let _ = tx.send(r);
+                tx.send(r);
             }
             Op::Del { key, tx } => {
                 self.near.remove(&key);
@@ -528,7 +453,7 @@ where
                     }),
                     other => Err(Error::Protocol(format!("GETDEL answered {other:?}"))),
                 };
-                let _ = tx.send(r);
+                tx.send(r);
             }
         }
     }
@@ -617,7 +542,7 @@ where
         if let Some(conn) = conn {
             conn.stream.shutdown();
             for op in conn.pending {
-                op.fail(lost());
+                op.fail(reply::lost());
             }
         }
         // Invalidations may have been missed from the moment the connection
@@ -649,10 +574,22 @@ where
                 .arg("NOLOOP")
                 .clone(),
         ));
+        // A cluster node would answer `MOVED` for the keys of other nodes'
+        // slots: refuse it here, at `build` (a server that refuses `INFO`
+        // is trusted).
+        cmds.push(("INFO", redis::cmd("INFO").arg("cluster").clone()));
         let tracking_sent = self.clock.now();
         let mut parser = Parser::new();
         // Tracking is on only once its reply is in: no push comes before.
-        let replies = handshake(&mut read, &write, &mut parser, &cmds, &[], |_| {})?;
+        let replies = handshake(&mut read, &write, &mut parser, &cmds, &["INFO"], |_| {})?;
+        if !cfg.cluster && replies.last().is_some_and(cluster_enabled) {
+            return Err(Error::Config(format!(
+                "{}:{} is a Redis Cluster node (cluster_enabled:1): NearCache::builder is for \
+                 one server (it would get MOVED for the keys of other nodes); use \
+                 NearCache::cluster_builder with the cluster's seed nodes",
+                cfg.host, cfg.port
+            )));
+        }
         Ok(Fresh {
             read,
             write,
@@ -700,6 +637,18 @@ where
         let now = self.clock.now();
         let mut link = self.link();
         let Some(conn) = link.as_mut() else { return };
+        let wall = Instant::now();
+        let wakers: Vec<Waker> = conn
+            .pending
+            .iter()
+            .filter_map(|op| op.expire(wall))
+            .collect();
+        if !wakers.is_empty() {
+            drop(link);
+            wakers.into_iter().for_each(Waker::wake);
+            link = self.link();
+        }
+        let Some(conn) = link.as_mut() else { return };
         match conn.ping_sent {
             Some(sent) if now.saturating_sub(sent) > nanos(self.cfg.dead_after()) => {
                 conn.stream.shutdown();
@@ -717,6 +666,23 @@ where
         }
     }
 
+    /// Connects (on this thread: an unreachable server is an error here)
+    /// and starts the supervisor, which installs the connection; returns
+    /// once it has, so that the first call does not find the link
+    /// "reconnecting".
+    pub(crate) fn start(self: &Arc<Self>) -> Result<JoinHandle<()>, Error> {
+        let first = self.connect()?;
+        let me = Arc::clone(self);
+        let supervisor = thread::Builder::new()
+            .name("expiremap-redis-supervisor".into())
+            .spawn(move || me.supervise(first))
+            .map_err(Error::io)?;
+        while self.connects.load(Ordering::Acquire) == 0 && !supervisor.is_finished() {
+            thread::yield_now();
+        }
+        Ok(supervisor)
+    }
+
     /// The supervisor thread: pings, and reconnects after a loss.
     pub(crate) fn supervise(self: Arc<Self>, first: Fresh) {
         let _ = self.supervisor.set(thread::current());
@@ -725,7 +691,7 @@ where
         while !self.closing.load(Ordering::Acquire) {
             if self.connected() {
                 self.heartbeat();
-                thread::park_timeout(self.cfg.ping_every());
+                thread::park_timeout(self.cfg.ping_every().min(reply::TICK_MAX));
                 continue;
             }
             if let Some(h) = reader.take() {
@@ -782,118 +748,4 @@ impl<F: FnMut()> Drop for OnDrop<F> {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The major version in a `HELLO` reply (`version` => `"7.0.15"`).
-fn server_major(hello: &Value) -> Option<u32> {
-    let Value::Map(pairs) = hello else {
-        return None;
-    };
-    pairs.iter().find_map(|(k, v)| {
-        let text = |v: &Value| match v {
-            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            Value::SimpleString(s) => Some(s.clone()),
-            _ => None,
-        };
-        if text(k)? != "version" {
-            return None;
-        }
-        text(v)?.split('.').next()?.parse().ok()
-    })
-}
-
-/// A connection to the server (TCP, and TLS for `rediss://`), with the
-/// configured timeouts; reads time out after `connect_timeout` until
-/// [`handshake`] is done, writes after the call timeout.
-pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
-    let addrs = (cfg.host.as_str(), cfg.port)
-        .to_socket_addrs()
-        .map_err(Error::io)?;
-    let mut last = Error::connection(
-        io::ErrorKind::NotFound,
-        &format!("{} resolves to no address", cfg.host),
-    );
-    let mut stream = None;
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = Error::io(e),
-        }
-    }
-    let stream = stream.ok_or(last)?;
-    stream.set_nodelay(true).map_err(Error::io)?;
-    stream
-        .set_read_timeout(Some(cfg.connect_timeout))
-        .map_err(Error::io)?;
-    stream
-        .set_write_timeout(Some(cfg.call_timeout.max(cfg.connect_timeout)))
-        .map_err(Error::io)?;
-    #[cfg(feature = "tls")]
-    if cfg.tls {
-        let config = cfg
-            .tls_config
-            .clone()
-            .ok_or_else(|| Error::Config("TLS without a client configuration".into()))?;
-        return wire::tls(stream, config, &cfg.host);
-    }
-    wire::plain(stream)
-}
-
-/// `HELLO 3`, with the credentials if any.
-pub(crate) fn hello(cfg: &Config) -> redis::Cmd {
-    let mut hello = redis::cmd("HELLO");
-    hello.arg(3);
-    if let Some(pass) = &cfg.password {
-        hello
-            .arg("AUTH")
-            .arg(cfg.username.as_deref().unwrap_or("default"))
-            .arg(pass);
-    }
-    hello
-}
-
-/// Sends `cmds` (named, for errors) in one write and reads one reply for
-/// each, in order, handing any `message` push read meanwhile to `message`;
-/// then lifts the read timeout. Returns the replies. A server error is an
-/// [`Error::Server`] naming its command, unless the command is named in
-/// `may_fail` (then its error reply is returned like any other).
-pub(crate) fn handshake(
-    read: &mut ReadHalf,
-    write: &WriteHalf,
-    parser: &mut Parser,
-    cmds: &[(&'static str, redis::Cmd)],
-    may_fail: &[&str],
-    mut message: impl FnMut(Vec<Value>),
-) -> Result<Vec<Value>, Error> {
-    let mut bytes = Vec::new();
-    for (_, c) in cmds {
-        c.write_packed_command(&mut bytes);
-    }
-    write.send(&bytes).map_err(Error::io)?;
-    let mut replies = Vec::with_capacity(cmds.len());
-    for (name, _) in cmds {
-        let reply = loop {
-            let v = parser
-                .parse_value(&mut *read)
-                .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
-            match v {
-                Value::Push {
-                    kind: PushKind::Message,
-                    data,
-                } => message(data),
-                v => break v,
-            }
-        };
-        match reply {
-            Value::ServerError(e) if !may_fail.contains(name) => {
-                return Err(Error::Server(format!("{name}: {e}")));
-            }
-            reply => replies.push(reply),
-        }
-    }
-    read.tcp().set_read_timeout(None).map_err(Error::io)?;
-    Ok(replies)
 }

@@ -2,9 +2,13 @@
 //! temporary directory, without persistence, killed when the guard drops.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cluster;
+
+use std::collections::HashSet;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -41,18 +45,31 @@ impl Server {
 
     /// A server with extra command-line settings (`["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> Server {
-        let mut s = Server::prepare(extra);
-        s.spawn();
-        s
+        Server::start_with_ports(|| extra.iter().map(|a| a.to_string()).collect())
+    }
+
+    /// A server with the extra settings `extra` makes, made again (with
+    /// new ports it may pick with [`free_port`]) if the server could not
+    /// take its port: a port picked free can be taken by another program
+    /// before the server binds it.
+    pub fn start_with_ports(mut extra: impl FnMut() -> Vec<String>) -> Server {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let args = extra();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut s = Server::prepare(&args);
+            match s.try_spawn() {
+                Ok(()) => return s,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server did not start: {last}")
     }
 
     /// A port and a directory, no process yet.
     fn prepare(extra: &[&str]) -> Server {
         static N: AtomicU32 = AtomicU32::new(0);
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
+        let port = free_port();
         let dir = std::env::temp_dir().join(format!(
             "expiremap-redis-{}-{}",
             std::process::id(),
@@ -159,6 +176,15 @@ impl Server {
     }
 
     fn spawn(&mut self) {
+        if let Err(e) = self.try_spawn() {
+            panic!("redis-server did not start: {e}");
+        }
+    }
+
+    /// Starts the process and waits until it accepts connections. An error
+    /// if it exits first, or if what answers on the port is another server
+    /// (checked by its directory, for plain servers).
+    fn try_spawn(&mut self) -> Result<(), String> {
         let child = Command::new(binary())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -173,10 +199,49 @@ impl Server {
             .expect("start redis-server");
         self.child = Some(child);
         let t0 = Instant::now();
+        let exited = |s: &mut Server| {
+            s.child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+                .map(|status| format!("port {}: it exited ({status})", s.port))
+        };
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(e) = exited(self) {
+                self.child = None;
+                return Err(e);
+            }
             assert!(t0.elapsed() < PATIENCE, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(5));
         }
+        if self.ca_pem.is_some() {
+            return Ok(());
+        }
+        // Ours, or another that holds the port (ours then exits)?
+        let dir: Option<Vec<String>> = redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(PATIENCE))
+            .and_then(|mut c| redis::cmd("CONFIG").arg("GET").arg("dir").query(&mut c))
+            .ok();
+        let name = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        let ours = match (&dir, &name) {
+            (Some(d), Some(n)) => d.len() == 2 && d[1].ends_with(n.as_str()),
+            // `CONFIG` refused (a password, a renamed command): ours if it
+            // has not exited by now.
+            _ => {
+                std::thread::sleep(Duration::from_millis(50));
+                exited(self).is_none()
+            }
+        };
+        if !ours {
+            self.kill();
+            return Err(format!(
+                "port {}: another server answers ({dir:?})",
+                self.port
+            ));
+        }
+        Ok(())
     }
 
     pub fn url(&self) -> String {
@@ -234,6 +299,22 @@ impl Drop for Server {
         }
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A loopback port that the system says is free and that no other server
+/// of this process was given: the tests start servers in parallel.
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if given.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
     }
 }
 

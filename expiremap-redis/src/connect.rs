@@ -1,0 +1,250 @@
+//! Connecting to a server: the settings ([`Config`], from the URL and the
+//! builder), the TCP or TLS dial, and the handshake (`HELLO 3`, credentials,
+//! the first commands and their replies). Shared by the data connection
+//! ([`crate::link`]) and the expired-events connection
+//! ([`crate::expirations`]).
+
+use crate::error::Error;
+use crate::wire::{self, ReadHalf, WriteHalf};
+use redis::{ConnectionAddr, Parser, PushKind, Value};
+use std::fmt;
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
+#[cfg(feature = "tls")]
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the cache connects, and its bounds.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: i64,
+    /// `rediss://`: TLS, with this client configuration (set by `build`).
+    pub(crate) tls: bool,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_config: Option<Arc<rustls::ClientConfig>>,
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) staleness: Duration,
+    pub(crate) max_near_ttl: Duration,
+    pub(crate) connect_timeout: Duration,
+    /// How long a call waits for its reply; see [`Config::dead_after`].
+    pub(crate) call_timeout: Duration,
+    /// A node of a Redis Cluster (from the cluster builder): its
+    /// `cluster_enabled:1` is expected, not refused.
+    pub(crate) cluster: bool,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("db", &self.db)
+            .field("tls", &self.tls)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its credentials (everything between `://` and the last `@`)
+/// replaced by `***`, for messages and `Debug`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(at) = url.rfind('@') else {
+        return url.to_string();
+    };
+    let start = url.find("://").map_or(0, |i| i + 3).min(at);
+    format!("{}***{}", &url[..start], &url[at..])
+}
+
+impl Config {
+    pub(crate) fn from_url(url: &str) -> Result<Self, Error> {
+        use redis::IntoConnectionInfo;
+        let bad =
+            |e: &dyn fmt::Display| Error::Config(format!("bad redis URL {}: {e}", redact(url)));
+        // The `redis` crate parses `rediss://` only with its own TLS
+        // features (which bring its connections); ours is in `wire`.
+        let (plain, tls) = match url.split_once("://") {
+            Some(("rediss", rest)) => (format!("redis://{rest}"), true),
+            Some(("valkeys", rest)) => (format!("valkey://{rest}"), true),
+            _ => (url.to_string(), false),
+        };
+        if tls && plain.contains('#') {
+            return Err(bad(
+                &"no URL fragment is supported (certificate checks cannot be \
+                turned off with #insecure; trust a private CA with Builder::tls_ca_pem)",
+            ));
+        }
+        let info = plain.as_str().into_connection_info().map_err(|e| bad(&e))?;
+        let (host, port) = match info.addr() {
+            ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
+            other => {
+                return Err(Error::Config(format!(
+                    "only TCP (redis://) and TLS (rediss://) are supported, not {other:?}"
+                )));
+            }
+        };
+        if tls && !cfg!(feature = "tls") {
+            return Err(Error::Config(
+                "rediss:// needs the `tls` feature of expiremap-redis (on by default)".into(),
+            ));
+        }
+        let r = info.redis_settings();
+        Ok(Config {
+            host,
+            port,
+            username: r.username().map(str::to_string),
+            password: r.password().map(str::to_string),
+            db: r.db(),
+            tls,
+            #[cfg(feature = "tls")]
+            tls_config: None,
+            prefix: b"expiremap:".to_vec(),
+            staleness: Duration::from_millis(500),
+            max_near_ttl: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(2),
+            cluster: false,
+        })
+    }
+
+    pub(crate) fn ping_every(&self) -> Duration {
+        self.staleness / 4
+    }
+
+    /// How long a ping may go unanswered before the connection is closed:
+    /// the longer of the staleness bound and the call timeout. A shorter
+    /// stall costs near hits (after `staleness`) and calls that time out,
+    /// never the connection nor the near copies.
+    pub(crate) fn dead_after(&self) -> Duration {
+        self.staleness.max(self.call_timeout)
+    }
+}
+
+/// `true` if an `INFO cluster` reply says `cluster_enabled:1`.
+pub(crate) fn cluster_enabled(info: &Value) -> bool {
+    let text = match info {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        _ => return false,
+    };
+    text.lines().any(|l| l.trim() == "cluster_enabled:1")
+}
+
+/// The major version in a `HELLO` reply (`version` => `"7.0.15"`).
+pub(crate) fn server_major(hello: &Value) -> Option<u32> {
+    let Value::Map(pairs) = hello else {
+        return None;
+    };
+    pairs.iter().find_map(|(k, v)| {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        if text(k)? != "version" {
+            return None;
+        }
+        text(v)?.split('.').next()?.parse().ok()
+    })
+}
+
+/// A connection to the server (TCP, and TLS for `rediss://`), with the
+/// configured timeouts; reads time out after `connect_timeout` until
+/// [`handshake`] is done, writes after the call timeout.
+pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
+    let addrs = (cfg.host.as_str(), cfg.port)
+        .to_socket_addrs()
+        .map_err(Error::io)?;
+    let mut last = Error::connection(
+        io::ErrorKind::NotFound,
+        &format!("{} resolves to no address", cfg.host),
+    );
+    let mut stream = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Error::io(e),
+        }
+    }
+    let stream = stream.ok_or(last)?;
+    stream.set_nodelay(true).map_err(Error::io)?;
+    stream
+        .set_read_timeout(Some(cfg.connect_timeout))
+        .map_err(Error::io)?;
+    stream
+        .set_write_timeout(Some(cfg.call_timeout.max(cfg.connect_timeout)))
+        .map_err(Error::io)?;
+    #[cfg(feature = "tls")]
+    if cfg.tls {
+        let config = cfg
+            .tls_config
+            .clone()
+            .ok_or_else(|| Error::Config("TLS without a client configuration".into()))?;
+        return wire::tls(stream, config, &cfg.host);
+    }
+    wire::plain(stream)
+}
+
+/// `HELLO 3`, with the credentials if any.
+pub(crate) fn hello(cfg: &Config) -> redis::Cmd {
+    let mut hello = redis::cmd("HELLO");
+    hello.arg(3);
+    if let Some(pass) = &cfg.password {
+        hello
+            .arg("AUTH")
+            .arg(cfg.username.as_deref().unwrap_or("default"))
+            .arg(pass);
+    }
+    hello
+}
+
+/// Sends `cmds` (named, for errors) in one write and reads one reply for
+/// each, in order, handing any `message` push read meanwhile to `message`;
+/// then lifts the read timeout. Returns the replies. A server error is an
+/// [`Error::Server`] naming its command, unless the command is named in
+/// `may_fail` (then its error reply is returned like any other).
+pub(crate) fn handshake(
+    read: &mut ReadHalf,
+    write: &WriteHalf,
+    parser: &mut Parser,
+    cmds: &[(&'static str, redis::Cmd)],
+    may_fail: &[&str],
+    mut message: impl FnMut(Vec<Value>),
+) -> Result<Vec<Value>, Error> {
+    let mut bytes = Vec::new();
+    for (_, c) in cmds {
+        c.write_packed_command(&mut bytes);
+    }
+    write.send(&bytes).map_err(Error::io)?;
+    let mut replies = Vec::with_capacity(cmds.len());
+    for (name, _) in cmds {
+        let reply = loop {
+            let v = parser
+                .parse_value(&mut *read)
+                .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+            match v {
+                Value::Push {
+                    kind: PushKind::Message,
+                    data,
+                } => message(data),
+                v => break v,
+            }
+        };
+        match reply {
+            Value::ServerError(e) if !may_fail.contains(name) => {
+                return Err(Error::Server(format!("{name}: {e}")));
+            }
+            reply => replies.push(reply),
+        }
+    }
+    read.tcp().set_read_timeout(None).map_err(Error::io)?;
+    Ok(replies)
+}
