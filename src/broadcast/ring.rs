@@ -1,5 +1,11 @@
-//! The shared state of one broadcast area: the ring, the reader registry and
-//! the writer protocol (reserve, write, publish, cleanup).
+//! The shared state of one broadcast area: the ring, the reader registry,
+//! the writer protocol (reserve, write, publish, cleanup), taking freed
+//! values out of their slots (clearing, reclaim runs) and who sleeps on the
+//! area.
+//!
+//! Owns every field of [`Inner`]; the sender and receiver modules touch the
+//! ring only through the methods here (and, for slot reads, through
+//! [`Inner::slot`] under the rules of the parent module).
 //!
 //! The ground rules (generation encoding, who writes which field, the
 //! happens-before edges) are in the parent module's documentation; every
@@ -22,6 +28,14 @@ pub(super) const WAITING: u64 = 1 << 63;
 
 /// The low 63 bits of a counter: a sequence number.
 pub(super) const SEQ: u64 = !(1 << 63);
+
+/// `Inner::reclaim` bit: a reclaim run is in progress; its runner is the
+/// only thread that clears the bits.
+const RUNNING: usize = 1;
+
+/// `Inner::reclaim` bit: a reader moved (or left) since the run in progress
+/// last scanned the registry, so that run scans again before it ends.
+const AGAIN: usize = 2;
 
 /// Spins this many rounds (doubling each time) before yielding the thread.
 const SPIN_ROUNDS: u32 = 6;
@@ -73,10 +87,20 @@ pub(super) struct Inner<T> {
     /// the writer that owns the next sequence (swap); `WAITING` set by
     /// parking receivers (`fetch_or`), cleared by publish and close.
     read_gen: CachePadded<AtomicU64>,
-    /// Every sequence below it is freed: unreadable, its slot reusable.
-    /// Raised by cleanup (`fetch_max`), read by writers.
+    /// Every sequence below it is freed: no reader reads it again.
+    /// Raised by cleanup (`fetch_max`), read by clearing and writers.
     last_valid: CachePadded<AtomicU64>,
-    /// The ring. `None` is an empty slot or a tombstone.
+    /// Next freed sequence whose value to take out of its slot: claimed by
+    /// CAS `d -> d + 1` (while `d < last_valid`) by whoever clears `d`.
+    clear_gen: CachePadded<AtomicU64>,
+    /// Every sequence below it was taken out: its slot is empty and the
+    /// writer of `seq + capacity` may write it. Stored in order by the
+    /// claimant of each sequence; read by writers before they reserve.
+    cleared: CachePadded<AtomicU64>,
+    /// Reclaim runs: `RUNNING | AGAIN` bits. A reader that moved sets
+    /// `AGAIN`; the one that finds no run in progress becomes the runner.
+    reclaim: CachePadded<AtomicUsize>,
+    /// The ring. `None` is an empty (cleared) slot or a tombstone.
     slots: Box<[UnsafeCell<Option<T>>]>,
     /// `capacity - 1`; the capacity is a power of two.
     mask: u64,
@@ -150,6 +174,41 @@ impl Backoff {
     }
 }
 
+/// Values a writer took out of the ring while reserving, for it to drop
+/// after it publishes. Usually none or one; more only when other writers
+/// won the sequences it cleared room for.
+pub(super) struct Freed<T> {
+    first: Option<T>,
+    more: Vec<T>,
+}
+
+impl<T> Freed<T> {
+    pub(super) fn new() -> Self {
+        Self {
+            first: None,
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, value: Option<T>) {
+        let Some(v) = value else { return };
+        if self.first.is_none() {
+            self.first = Some(v);
+        } else {
+            self.more.push(v);
+        }
+    }
+}
+
+impl<T> IntoIterator for Freed<T> {
+    type Item = T;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.more)
+    }
+}
+
 impl<T> Inner<T> {
     /// A ring of `capacity` (a power of two) slots and `max_readers` (>= 1)
     /// registry slots; sequence 0 is generation `origin`.
@@ -159,6 +218,9 @@ impl<T> Inner<T> {
             write_gen: CachePadded::new(AtomicU64::new(0)),
             read_gen: CachePadded::new(AtomicU64::new(0)),
             last_valid: CachePadded::new(AtomicU64::new(0)),
+            clear_gen: CachePadded::new(AtomicU64::new(0)),
+            cleared: CachePadded::new(AtomicU64::new(0)),
+            reclaim: CachePadded::new(AtomicUsize::new(0)),
             slots: (0..capacity).map(|_| UnsafeCell::new(None)).collect(),
             mask: capacity as u64 - 1,
             origin,
@@ -291,26 +353,39 @@ impl<T> Inner<T> {
 
     /// Reserves the next sequence for this writer. On return the writer is
     /// the only thread that may touch `slot(seq)` until it publishes `seq`,
-    /// and every reader access to the slot's previous sequence
-    /// happens-before the return (edge F).
+    /// the slot is empty, and the take of its previous value (with every
+    /// reader access before it) happens-before the return (edges F and C).
     ///
-    /// Waits only for an earlier writer to publish or for a reader mid-copy;
-    /// runs cleanup itself when the ring is full.
-    pub(super) fn reserve(&self) -> u64 {
+    /// Waits only for an earlier writer to publish, for a reader mid-copy,
+    /// or for another thread's clearing mid-move; when the ring is full it
+    /// runs cleanup and clears the oldest slot itself, putting the value it
+    /// took out in `freed` for the caller to drop after publishing.
+    pub(super) fn reserve(&self, freed: &mut Freed<T>) -> u64 {
         let cap = self.mask + 1;
         let mut backoff = Backoff::new();
         let mut seq = self.write_gen.load(Ordering::Relaxed);
         loop {
-            // Acquire: edge F (cleanup released it after observing readers).
-            let valid = self.last_valid.load(Ordering::Acquire);
-            if seq >= valid + cap {
-                // The ring is full: free the oldest sequence the writer needs.
+            // Acquire: edge C (the slot was emptied before `cleared` moved).
+            let cleared = self.cleared.load(Ordering::Acquire);
+            if seq >= cleared + cap {
+                // The ring is full: free and clear the oldest sequence the
+                // writer needs.
                 let needed = seq + 1 - cap;
                 if self.published() < needed {
                     // An earlier writer has not published yet; wait for it.
                     backoff.snooze();
                 } else {
-                    self.cleanup(needed);
+                    if self.last_valid.load(Ordering::Acquire) < needed {
+                        self.cleanup(needed);
+                    }
+                    while let Some(old) = self.clear_one(needed) {
+                        freed.push(old);
+                    }
+                    if self.cleared.load(Ordering::Acquire) < needed {
+                        // Another thread is moving the value out; no user
+                        // code runs before it stores `cleared`.
+                        backoff.snooze();
+                    }
                 }
                 seq = self.write_gen.load(Ordering::Relaxed);
                 continue;
@@ -329,6 +404,112 @@ impl<T> Inner<T> {
             ) {
                 Ok(_) => return seq,
                 Err(now) => seq = now,
+            }
+        }
+    }
+
+    /// Clears one freed sequence below `end`: claims the oldest unclaimed
+    /// one (CAS on `clear_gen`, only below `last_valid`), moves its value
+    /// out, and stores `cleared` past it once every earlier claim did.
+    /// Returns the value (`None` for a tombstone), or `None` if nothing
+    /// below `min(end, last_valid)` is left to claim. Runs no user code.
+    fn clear_one(&self, end: u64) -> Option<Option<T>> {
+        // Acquire: edge F (every read of a freed sequence happened-before
+        // the cleanup that raised `last_valid` past it).
+        let end = end.min(self.last_valid.load(Ordering::Acquire));
+        let mut d = self.clear_gen.load(Ordering::Relaxed);
+        loop {
+            if d >= end {
+                return None;
+            }
+            // Relaxed: the claim only needs atomicity (one claimant per
+            // sequence); the edges come from `last_valid` above and
+            // `cleared` below.
+            match self.clear_gen.compare_exchange_weak(
+                d,
+                d + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => d = now,
+            }
+        }
+        // SAFETY: `d < last_valid` as loaded above (Acquire): no reader reads
+        // `d` again and every read of it happened-before (edge F); its
+        // writer published it before cleanup could free it (edge P through
+        // cleanup's Acquire load of `read_gen`). The CAS made this thread
+        // the only claimant of `d`, and no writer touches `slot(d)` before
+        // `cleared > d`, which only this thread stores (edge C).
+        let value = self.slot(d).with_mut(|p| unsafe { (*p).take() });
+        let mut backoff = Backoff::new();
+        // Acquire: chains the earlier claimants' takes (edge C).
+        while self.cleared.load(Ordering::Acquire) != d {
+            backoff.snooze(); // an earlier claimant is mid-move
+        }
+        // Release: edge C, the take happens-before the reuse of the slot.
+        self.cleared.store(d + 1, Ordering::Release);
+        Some(value)
+    }
+
+    /// A reader moved past sequences from `from` on (or left, with `from`
+    /// 0): drops the values every registered reader has passed now, unless
+    /// a reclaim run in progress will (it scans again), or an earlier
+    /// sequence than `from` is still claimed by another reader (then that
+    /// reader's move reclaims). Panics of the values' `Drop` go to
+    /// `panics`; the run drops every value it took out whatever they do.
+    ///
+    /// Edge R: the mover stored its counter (Release) before its
+    /// `fetch_or(AGAIN)` here. Every RMW on `reclaim` is AcqRel, so a run
+    /// that starts after that RMW, or that reads `AGAIN` when it ends (then
+    /// it scans again), sees the move; a run that ended before it released
+    /// `last_valid` to this mover, whose skip check then reads the scan's
+    /// result.
+    pub(super) fn passed(&self, from: u64, panics: &mut crate::unwind::Panics) {
+        let prev = self.reclaim.fetch_or(AGAIN, Ordering::AcqRel);
+        if prev & RUNNING != 0 {
+            return; // the runner scans again and sees this move
+        }
+        // The last run left `last_valid` at the minimum claim it saw; if
+        // that is below `from`, a reader at it has not moved since (its
+        // move would have run, or set `AGAIN` for the run in progress),
+        // so nothing this move passed is reclaimable.
+        if from > self.last_valid.load(Ordering::Acquire) {
+            return;
+        }
+        let mut cur = prev | AGAIN;
+        loop {
+            if cur & RUNNING != 0 {
+                return; // another mover became the runner after our RMW
+            }
+            match self.reclaim.compare_exchange_weak(
+                cur,
+                RUNNING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        loop {
+            // Frees what no reader claims, forcing nobody.
+            self.cleanup(0);
+            while let Some(old) = self.clear_one(u64::MAX) {
+                // User code, with no lock of ours held: `RUNNING` only makes
+                // other movers leave the scan to this run.
+                panics.drop_each(old);
+            }
+            match self
+                .reclaim
+                .compare_exchange(RUNNING, 0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(_) => {
+                    // `AGAIN`: a reader moved since the scan. Acquire its
+                    // move (edge R) and scan once more.
+                    self.reclaim.swap(RUNNING, Ordering::AcqRel);
+                }
             }
         }
     }
@@ -468,11 +649,14 @@ impl<T> Inner<T> {
 
     /// Gives registry slot `i` back. Its counter stays a suspended counter,
     /// which cleanup now treats as empty. Its waker was taken out already
-    /// (`Receiver::drop` unregisters first).
-    pub(super) fn leave(&self, i: usize) {
+    /// (`Receiver::drop` unregisters first). Then reclaims what only this
+    /// reader still held ([`passed`](Self::passed)); panics of the values'
+    /// `Drop` go to `panics`.
+    pub(super) fn leave(&self, i: usize, panics: &mut crate::unwind::Panics) {
         debug_assert!(self.counter(i).load(Ordering::Relaxed) & SUSPENDED != 0);
         self.receivers.fetch_sub(1, Ordering::Relaxed);
         self.taken[i].store(false, Ordering::Release);
+        self.passed(0, panics);
     }
 
     /// Parks the calling receiver until a publish or close may have happened,
@@ -576,6 +760,7 @@ impl<T> std::fmt::Debug for Inner<T> {
             .field("write_gen", &self.write_gen.load(Ordering::Relaxed))
             .field("read_gen", &(self.read_gen.load(Ordering::Relaxed) & SEQ))
             .field("last_valid", &self.last_valid.load(Ordering::Relaxed))
+            .field("cleared", &self.cleared.load(Ordering::Relaxed))
             .field("senders", &self.senders.load(Ordering::Relaxed))
             .field("receivers", &self.receiver_count())
             .finish_non_exhaustive()

@@ -1,9 +1,12 @@
 //! Unit tests of the broadcast area. Every test asserts exact outcomes; none
 //! depends on wall-clock timing to pass.
 
+use super::ring::SUSPENDED;
 use super::*;
+use crate::sync::Ordering;
 use crate::sync::{AtomicUsize, thread};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
 
 /// Scales iteration counts down under Miri.
 fn n(full: u64, miri: u64) -> u64 {
@@ -684,8 +687,11 @@ impl Drop for Bomb {
 
 #[test]
 fn a_panicking_drop_mid_batch_still_delivers_the_owed_wakeup() {
-    let tx = Sender::new(1, 1).unwrap();
+    let tx = Sender::new(1, 2).unwrap();
     let mut rx = tx.subscribe().unwrap();
+    // A receiver that never reads keeps the bomb in the ring after `rx`
+    // took it, so the writer that reuses the slot is the one to drop it.
+    let _idle = tx.subscribe().unwrap();
     tx.send(Bomb(true));
     let reader = std::thread::spawn(move || {
         let first = rx.recv().map(|b| b.0);

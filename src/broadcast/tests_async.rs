@@ -8,6 +8,7 @@ use crate::sync::thread;
 use std::pin::pin;
 use std::sync::Arc as StdArc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::task::{Context, Poll};
 use std::task::{Wake, Waker};
 
 /// A waker that counts how often it was woken.
