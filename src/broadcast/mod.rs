@@ -29,6 +29,9 @@
 //! It differs from the seed where the seed had holes (see DESIGN.md §4): no
 //! read while suspended, `T: Sync`, a power-of-two capacity, writers make room
 //! themselves instead of failing, and an `Arc` replaces the tournament drop.
+//! A freed message is then taken out of its slot (*cleared*) and dropped by
+//! the receiver that passed it last (a *reclaim run*), or by a writer that
+//! needs the slot; a slot is reused only once cleared.
 //!
 //! # Ground rules
 //!
@@ -41,10 +44,13 @@
 //! * Ring slot of a message: `generation & (capacity - 1)`. The capacity is a
 //!   power of two, so it divides 2^64 and the slot index never jumps, even
 //!   when the generation wraps.
-//! * Three shared counters, always `last_valid <= read_gen <= write_gen <=
-//!   last_valid + capacity`:
-//!   `seq < last_valid` is freed (unreadable; its slot may be reused);
-//!   `seq < read_gen` is published; `seq < write_gen` is reserved.
+//! * Five shared counters, always `cleared <= clear_gen <= last_valid <=
+//!   read_gen <= write_gen <= cleared + capacity`:
+//!   `seq < cleared` is cleared (its value was taken out; its slot is empty
+//!   and the writer of `seq + capacity` may write it); `seq < clear_gen` is
+//!   claimed by a clearing thread; `seq < last_valid` is freed (no reader
+//!   reads it again, its value may be taken out); `seq < read_gen` is
+//!   published; `seq < write_gen` is reserved.
 //!   Bit 63 of `read_gen` is `WAITING`: a receiver may be asleep (a thread
 //!   parked, or an async receive's waker registered).
 //! * A reader counter is `SUSPENDED | seq` (bit 63 set: the reader is between
@@ -59,7 +65,11 @@
 //! | field | written by | how |
 //! | --- | --- | --- |
 //! | `write_gen` | writers | CAS `seq -> seq + 1` (reserve) |
-//! | slot of `seq` | the writer that reserved `seq`, until it publishes | take the old value, write the new one |
+//! | slot of `seq` | the writer that reserved `seq`, until it publishes; then the thread that claimed `seq` in `clear_gen` | write the value (the slot is empty); take it out |
+//! | `clear_gen` | clearing threads: reclaim runs, and writers that find the ring full | CAS `d -> d + 1` while `d < last_valid` (claim) |
+//! | `cleared` | the claimant of `d` | store `d + 1` after waiting for `cleared == d` |
+//! | `reclaim` `AGAIN` | a receiver that moved, or left | `fetch_or` |
+//! | `reclaim` `RUNNING` | the runner: set by CAS from not running, cleared by CAS `RUNNING -> 0` (a `swap` back to `RUNNING` if `AGAIN` was set) | |
 //! | `read_gen` low bits | the writer that reserved `read_gen` | `swap(seq + 1)` after waiting for `read_gen == seq` |
 //! | `read_gen` `WAITING` | sleeping receivers set it under `lock`; publish and the last sender's drop clear it; the last sleeper to give up clears it under `lock` | `fetch_or` / `swap` / `fetch_and` |
 //! | `Sleepers` (behind `lock`) | parking threads count themselves; an async receive puts or takes its registry slot's waker; a notify takes every waker | under `lock` only |
@@ -84,8 +94,24 @@
 //! * **F (read -> free -> reuse).** A reader stores its counter past `seq`
 //!   (Release) only after it finished reading `seq`. Cleanup loads every
 //!   counter (Acquire), then raises `last_valid` with an AcqRel `fetch_max`;
-//!   a writer loads `last_valid` (Acquire) before it reuses a slot. So every
-//!   read of the old message happens-before the writer takes it out.
+//!   a clearing thread loads `last_valid` (Acquire) before it claims a
+//!   sequence. So every read of the old message happens-before it is taken
+//!   out.
+//! * **C (clear -> reuse).** The claimant of `d` takes the value out, waits
+//!   for `cleared == d` (Acquire), then stores `cleared = d + 1` (Release); a
+//!   writer loads `cleared` (Acquire) before it reserves `seq`, and reserves
+//!   only `seq < cleared + capacity`. So the take of `seq - capacity` (and,
+//!   through the chain of claimants, of every earlier sequence) happens-before
+//!   the writer writes the slot. Nothing runs user code between a claim and
+//!   its `cleared` store, so a writer that waits for `cleared` waits for a
+//!   move, never for a `Drop`.
+//! * **R (move -> reclaim).** A receiver that moved past sequences stores its
+//!   counter (Release), then `fetch_or(AGAIN)` (AcqRel) on `reclaim`. All
+//!   RMWs on `reclaim` are AcqRel, so whichever of them comes later in its
+//!   order sees the earlier: a run that starts (CAS to `RUNNING`) after a
+//!   move's RMW sees the moved counter; a run in progress during it reads
+//!   `AGAIN` at its end and scans again; a run that ended before it released
+//!   its `last_valid` to the mover.
 //! * **Claims.** Cleanup frees below `target` only after seeing every counter
 //!   at `>= target`, or a suspended one it moved there by CAS. A reader
 //!   resumes by CAS `SUSPENDED | s -> s`; both are RMWs on one location, so
@@ -148,8 +174,9 @@
 //!
 //! ## Cleanup
 //!
-//! A writer that finds the ring full (`write_gen == last_valid + capacity`)
-//! runs cleanup for `needed = write_gen + 1 - capacity`: it frees up to the
+//! A writer that finds the ring full (`write_gen == cleared + capacity`)
+//! runs cleanup for `needed = write_gen + 1 - capacity` (unless `last_valid`
+//! is there already): it frees up to the
 //! smallest claim of a registered reader, but at least up to `needed`.
 //! Suspended readers below `needed` are moved to exactly `needed`, so a
 //! reader with at most `capacity` unread messages never loses any, and a
@@ -157,9 +184,47 @@
 //! reports `Lagged(n)` with the exact count. The only reader a writer waits
 //! for is an active one below `needed`: it is copying one message.
 //!
-//! Freed values are dropped by the writer that reuses their slot, after it
-//! publishes, or when the last handle goes: at most `capacity` messages are
-//! alive at a time and no user code runs between reserve and publish.
+//! A writer on a full ring also clears what it needs (it claims
+//! `seq - capacity` in `clear_gen`, or waits for the thread that claimed it
+//! to store `cleared`), and drops the value after it publishes: at most
+//! `capacity` messages are alive at a time and no user code runs between
+//! reserve and publish.
+//!
+//! ## Reclaim runs
+//!
+//! A message leaves the ring once every registered reader has passed it,
+//! not when its slot is reused. After a receive moves a reader (a message
+//! received or borrowed and released, tombstones skipped, a lag reported)
+//! or a receiver leaves, `Inner::passed`:
+//!
+//! 1. `fetch_or(AGAIN)` on `reclaim`. If `RUNNING` was set, stop: the run
+//!    in progress scans again before it ends (edge R).
+//! 2. If the reader's old position is above `last_valid`, stop: the last
+//!    run found a lower claim, held by a reader that has not moved since
+//!    (its move would have run, or set `AGAIN` on the run in progress), so
+//!    this move freed nothing. A leaving receiver never stops here.
+//! 3. Become the runner: CAS to `RUNNING` (clearing `AGAIN`) unless a run
+//!    started meanwhile (it saw this move: stop).
+//! 4. Run cleanup with `needed = 0`: it frees up to the lowest claim of a
+//!    registered reader and forces nobody (empty registry slots move as in
+//!    any cleanup). Then clear everything below `last_valid`, dropping each
+//!    value after its `cleared` store.
+//! 5. CAS `RUNNING -> 0`; if `AGAIN` was set meanwhile, swap back to
+//!    `RUNNING` and go to 4.
+//!
+//! So the receive (or drop) that passes a message last drops it, or a run
+//! already in progress does. A receiver that never reads claims its
+//! position, so what it has not read stays until a writer needs the slot
+//! and forces it forward, as before. A force-advanced reader moves only
+//! when it next receives. Values dropped by a run are user code: `RUNNING`
+//! is no lock (nobody waits for it; a writer clears what it needs itself),
+//! and no lock of ours is held. A panicking `Drop` is caught, the run goes
+//! on dropping the rest and ends cleanly, and the receiver keeps the first
+//! panic and resumes it when it is dropped (a receive returns what it got).
+//!
+//! A reclaim run costs the receiver one scan of the registry (a CAS for
+//! each empty slot behind); a writer pays nothing for it, and no longer
+//! runs cleanup while readers keep up.
 //!
 //! ## Writer panics
 //!
@@ -173,7 +238,9 @@
 //!
 //! Handles share one `Arc`; `Sender`s are also counted, and the last one to
 //! go marks the area closed and wakes parked receivers. The ring drops every
-//! message it still holds when the last handle goes. Nothing spins in `Drop`.
+//! message it still holds when the last handle goes. Nothing waits in
+//! `Drop` except a receiver's reclaim run (a `Receiver` or `RecvRef` drop),
+//! and that only for another thread's clearing mid-move (edge C).
 //!
 //! # Rejected at compile time
 //!
