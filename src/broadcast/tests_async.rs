@@ -300,3 +300,18 @@ fn the_stream_surfaces_lag_and_ends_on_close() {
     assert_eq!(next(), Poll::Ready(None));
     assert_eq!(next(), Poll::Ready(None), "stays ended");
 }
+
+/// An async receive, like a blocking one, drops the message it was the
+/// last to pass.
+#[test]
+fn an_async_receive_releases_the_message_it_passed_last() {
+    let tx = Sender::new(4, 1).unwrap();
+    let mut rx = tx.subscribe().unwrap();
+    let value = StdArc::new(7u32);
+    tx.send(StdArc::clone(&value));
+    assert_eq!(StdArc::strong_count(&value), 2);
+    let got = block_on(rx.recv_async()).unwrap();
+    assert_eq!(StdArc::strong_count(&value), 2, "the receiver's copy only");
+    drop(got);
+    assert_eq!(StdArc::strong_count(&value), 1);
+}
