@@ -69,7 +69,8 @@
 //! | `clear_gen` | clearing threads: reclaim runs, and writers that find the ring full | CAS `d -> d + 1` while `d < last_valid` (claim) |
 //! | `cleared` | the claimant of `d` | store `d + 1` after waiting for `cleared == d` |
 //! | `reclaim` `AGAIN` | a receiver that moved, or left | `fetch_or` |
-//! | `reclaim` `RUNNING` | the runner: set by CAS from not running, cleared by CAS `RUNNING -> 0` (a `swap` back to `RUNNING` if `AGAIN` was set) | |
+//! | `reclaim` `RUNNING` | the runner: set by CAS from not running (clearing the other bits), cleared by CAS `RUNNING -> 0` (a `swap` back to `RUNNING` if `AGAIN` was set) | |
+//! | `reclaim` `PENDING` | a runner that stops after `MAX_PASSES` scans with `AGAIN` set | `swap(PENDING)`, which also clears `RUNNING` |
 //! | `read_gen` low bits | the writer that reserved `read_gen` | `swap(seq + 1)` after waiting for `read_gen == seq` |
 //! | `read_gen` `WAITING` | sleeping receivers set it under `lock`; publish and the last sender's drop clear it; the last sleeper to give up clears it under `lock` | `fetch_or` / `swap` / `fetch_and` |
 //! | `Sleepers` (behind `lock`) | parking threads count themselves; an async receive puts or takes its registry slot's waker; a notify takes every waker | under `lock` only |
@@ -199,10 +200,11 @@
 //!
 //! 1. `fetch_or(AGAIN)` on `reclaim`. If `RUNNING` was set, stop: the run
 //!    in progress scans again before it ends (edge R).
-//! 2. If the reader's old position is above `last_valid`, stop: the last
-//!    run found a lower claim, held by a reader that has not moved since
-//!    (its move would have run, or set `AGAIN` on the run in progress), so
-//!    this move freed nothing. A leaving receiver never stops here.
+//! 2. If the reader's old position is above `last_valid` and `PENDING` is
+//!    clear, stop: the last run found a lower claim, held by a reader that
+//!    has not moved since (its move would have run, or set `AGAIN` on the
+//!    run in progress), so this move freed nothing. A leaving receiver
+//!    never stops here.
 //! 3. Become the runner: CAS to `RUNNING` (clearing `AGAIN`) unless a run
 //!    started meanwhile (it saw this move: stop).
 //! 4. Run cleanup with `needed = 0`: it frees up to the lowest claim of a
@@ -210,10 +212,15 @@
 //!    any cleanup). Then clear everything below `last_valid`, dropping each
 //!    value after its `cleared` store.
 //! 5. CAS `RUNNING -> 0`; if `AGAIN` was set meanwhile, swap back to
-//!    `RUNNING` and go to 4.
+//!    `RUNNING` and go to 4, at most `MAX_PASSES` (4) scans in all. After
+//!    that, `swap(PENDING)` and stop: while readers keep moving, one
+//!    receive does not serve the others for as long as they do, and the
+//!    next mover runs whatever its position.
 //!
 //! So the receive (or drop) that passes a message last drops it, or a run
-//! already in progress does. A receiver that never reads claims its
+//! already in progress does. The one exception is a run that stopped at
+//! `MAX_PASSES`: the moves of its last pass wait for the next receive that
+//! moves a reader (or a writer that needs their slots). A receiver that never reads claims its
 //! position, so what it has not read stays until a writer needs the slot
 //! and forces it forward, as before. A force-advanced reader moves only
 //! when it next receives. Values dropped by a run are user code: `RUNNING`

@@ -37,6 +37,15 @@ const RUNNING: usize = 1;
 /// last scanned the registry, so that run scans again before it ends.
 const AGAIN: usize = 2;
 
+/// `Inner::reclaim` bit: a run ended after [`MAX_PASSES`] scans with moves
+/// still unscanned, so the next mover runs whatever its position.
+const PENDING: usize = 4;
+
+/// Scans one reclaim run makes at most: while readers keep moving, a run
+/// would otherwise keep one receive serving the others for as long as
+/// they do.
+const MAX_PASSES: u32 = 4;
+
 /// Spins this many rounds (doubling each time) before yielding the thread.
 const SPIN_ROUNDS: u32 = 6;
 
@@ -473,8 +482,9 @@ impl<T> Inner<T> {
         // The last run left `last_valid` at the minimum claim it saw; if
         // that is below `from`, a reader at it has not moved since (its
         // move would have run, or set `AGAIN` for the run in progress),
-        // so nothing this move passed is reclaimable.
-        if from > self.last_valid.load(Ordering::Acquire) {
+        // so nothing this move passed is reclaimable. Unless that run
+        // stopped with moves unscanned (`PENDING`).
+        if prev & PENDING == 0 && from > self.last_valid.load(Ordering::Acquire) {
             return;
         }
         let mut cur = prev | AGAIN;
@@ -492,9 +502,11 @@ impl<T> Inner<T> {
                 Err(now) => cur = now,
             }
         }
+        let mut passes = 0;
         loop {
             // Frees what no reader claims, forcing nobody.
             self.cleanup(0);
+            passes += 1;
             while let Some(old) = self.clear_one(u64::MAX) {
                 // User code, with no lock of ours held: `RUNNING` only makes
                 // other movers leave the scan to this run.
@@ -505,6 +517,12 @@ impl<T> Inner<T> {
                 .compare_exchange(RUNNING, 0, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return,
+                Err(_) if passes == MAX_PASSES => {
+                    // Readers keep moving: leave the next scan to the next
+                    // mover, whatever its position.
+                    self.reclaim.swap(PENDING, Ordering::AcqRel);
+                    return;
+                }
                 Err(_) => {
                     // `AGAIN`: a reader moved since the scan. Acquire its
                     // move (edge R) and scan once more.

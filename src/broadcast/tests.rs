@@ -301,12 +301,14 @@ fn drop_counts_balance() {
         assert_eq!(b.try_recv().unwrap_err(), TryRecvError::Lagged(total - 4));
         let got: Vec<u64> = (0..4).map(|_| b.try_recv().unwrap().id).collect();
         assert_eq!(got, (total - 4..total).collect::<Vec<_>>());
-        assert_eq!(live.load(Ordering::SeqCst), 4, "clones were dropped");
+        assert_eq!(live.load(Ordering::SeqCst), 4, "a has not passed them");
+        // `a` lagged or not, depending on `n`: drain it with batches.
         let mut batch = Vec::new();
-        let _ = a.try_recv_batch(&mut batch, 10);
+        while !matches!(a.try_recv_batch(&mut batch, 10), Err(TryRecvError::Empty)) {}
+        assert_eq!(batch.len(), 4);
         drop(batch);
+        assert_eq!(live.load(Ordering::SeqCst), 0, "both passed every one");
         drop(tx);
-        assert_eq!(live.load(Ordering::SeqCst), 4, "receivers keep the ring");
     }
     assert_eq!(live.load(Ordering::SeqCst), 0, "every message dropped once");
 }
