@@ -365,3 +365,44 @@ fn a_reader_leaving_races_a_reader_receiving() {
         assert_eq!(live.load(SeqCst), 0);
     });
 }
+
+/// A reader joins while a message is published and another reader's
+/// reclaim run scans (skipping empty registry slots, edge J). The joiner
+/// starts before the message or after it, never at a freed one: if it
+/// starts before, the run keeps the message for it (loom's cell tracking
+/// catches a take under its read). Once both have passed it and the joiner
+/// has received again (a run that saw the joiner's old counter kept the
+/// message; the join left `PENDING` for that receive), it is gone.
+#[test]
+fn a_reader_joins_while_a_reclaim_run_scans() {
+    model(|| {
+        let live = StdArc::new(AtomicIsize::new(0));
+        let tx = StdArc::new(Sender::new(2, 2).unwrap());
+        let mut a = tx.subscribe().unwrap();
+        let (t2, l2) = (tx.clone(), live.clone());
+        let w = thread::spawn(move || t2.send(Msg::new(1, &l2)));
+        let t3 = tx.clone();
+        let j = thread::spawn(move || {
+            let mut rx = t3.subscribe().unwrap();
+            let got = rx.try_recv().map(|m| m.id);
+            (got, rx)
+        });
+        assert_eq!(a.recv().map(|m| m.id), Ok(1));
+        w.join().unwrap();
+        let (got, mut joiner) = j.join().unwrap();
+        match got {
+            Ok(1) | Err(TryRecvError::Empty) => {}
+            other => panic!("the joiner got {other:?}"),
+        }
+        if got.is_err() {
+            // It started before the message only if the publish came
+            // after its join; then the message is still there for it.
+            match joiner.try_recv().map(|m| m.id) {
+                Ok(1) | Err(TryRecvError::Empty) => {}
+                other => panic!("then {other:?}"),
+            }
+        }
+        assert_eq!(live.load(SeqCst), 0, "both passed it: dropped");
+        drop((a, joiner));
+    });
+}

@@ -77,7 +77,8 @@
 //! | `last_valid` | cleanup (any writer) | `fetch_max` |
 //! | reader counter, active | its reader only | plain stores (progress, suspend) |
 //! | reader counter, suspended | its reader (resume, join) and cleanup (force) | CAS only |
-//! | `taken[i]` | `subscribe` (CAS false -> true), `Receiver` drop (store false) | |
+//! | `taken` bit `i` (bit `i % 64` of word `i / 64`) | `subscribe` (`fetch_or`; it owns the slot if the bit was clear), `Receiver` drop (`fetch_and`) | |
+//! | `joins` | `subscribe`, after taking its slot (`fetch_add(1)`); cleanup (`fetch_add(0)`, to read the latest) | AcqRel RMWs |
 //!
 //! A reader reads a slot only through an `Active` token, which exists only
 //! between a successful resume CAS and the suspending store in its `Drop`: a
@@ -121,6 +122,17 @@
 //!   joining reader takes a registry slot, then CASes the slot's counter to
 //!   `max(counter, read_gen)`; an empty slot is always a counter too, so a
 //!   cleanup racing the join is just a cleanup racing a resume (Pin 3).
+//! * **J (join -> cleanup that skips empty slots).** Cleanup first visits
+//!   only the slots whose `taken` bit it sees, without moving empty ones.
+//!   It loads `joins` before it loads `read_gen`, and `fetch_add(0)`s it
+//!   after the scan. A joiner sets its bit, then `fetch_add(1)`s `joins`,
+//!   then loads `read_gen`. If the two values cleanup read are equal, each
+//!   joiner's RMW is before the first (which acquired it, so the scan saw
+//!   the bit: a real reader, claims respected as above) or after the
+//!   second (which the joiner acquires, so its `read_gen` load sees at
+//!   least what cleanup loaded, and it starts at or past the target). If
+//!   they differ, cleanup scans again visiting every slot and moving empty
+//!   ones as before.
 //! * **W (publish/close -> wake).** See `Inner::park`: the parking receiver
 //!   and the publisher (or last sender) both RMW `read_gen`, so one of them
 //!   sees the other. Before parking, a blocking receive spins and yields
@@ -208,20 +220,25 @@
 //! 3. Become the runner: CAS to `RUNNING` (clearing `AGAIN`) unless a run
 //!    started meanwhile (it saw this move: stop).
 //! 4. Run cleanup with `needed = 0`: it frees up to the lowest claim of a
-//!    registered reader and forces nobody (empty registry slots move as in
-//!    any cleanup). Then clear everything below `last_valid`, dropping each
-//!    value after its `cleared` store.
+//!    registered reader and forces nobody. Then clear everything below
+//!    `last_valid`, dropping each value after its `cleared` store.
 //! 5. CAS `RUNNING -> 0`; if `AGAIN` was set meanwhile, swap back to
 //!    `RUNNING` and go to 4, at most `MAX_PASSES` (4) scans in all. After
 //!    that, `swap(PENDING)` and stop: while readers keep moving, one
 //!    receive does not serve the others for as long as they do, and the
 //!    next mover runs whatever its position.
 //!
+//! A receive that moves nothing (`Empty`, `Closed`) runs too if `PENDING` is
+//! set (one load otherwise). A joining reader sets `PENDING` once its
+//! counter is in place: a run that scanned during the join saw the slot
+//! taken with its old counter and kept everything from there, and a join
+//! may not drop values itself (a map subscribes under its own lock).
+//!
 //! So the receive (or drop) that passes a message last drops it, or a run
-//! already in progress does. The one exception is a run that stopped at
-//! `MAX_PASSES`: the moves of its last pass wait for the next receive that
-//! moves a reader (or a writer that needs their slots). A receiver that never reads claims its
-//! position, so what it has not read stays until a writer needs the slot
+//! already in progress does. The exceptions are a run that stopped at
+//! `MAX_PASSES` and a run that raced a join: what they kept waits for the
+//! next receive of any receiver (or a writer that needs the slots). A receiver that
+//! never reads claims its position, so what it has not read stays until a writer needs the slot
 //! and forces it forward, as before. A force-advanced reader moves only
 //! when it next receives. Values dropped by a run are user code: `RUNNING`
 //! is no lock (nobody waits for it; a writer clears what it needs itself),
@@ -229,9 +246,10 @@
 //! on dropping the rest and ends cleanly, and the receiver keeps the first
 //! panic and resumes it when it is dropped (a receive returns what it got).
 //!
-//! A reclaim run costs the receiver one scan of the registry (a CAS for
-//! each empty slot behind); a writer pays nothing for it, and no longer
-//! runs cleanup while readers keep up.
+//! A reclaim run costs the receiver a few RMWs and a scan of the registered
+//! readers (one load per 64 registry slots for the `taken` bits, then one
+//! per registered reader); a writer pays nothing for it, and no longer runs
+//! cleanup while readers keep up.
 //!
 //! ## Writer panics
 //!
@@ -401,9 +419,11 @@ impl<T: Send + Sync> Sender<T> {
         // The freed messages' `Drop` runs after publishing, outside the
         // reserve..publish window.
         drop(wake);
-        let mut panics = Panics::new();
-        panics.drop_each(freed);
-        panics.resume();
+        if !freed.is_empty() {
+            let mut panics = Panics::new();
+            panics.drop_each(freed);
+            panics.resume();
+        }
     }
 
     /// The body of every send. A wake-up owed by the publish is added to

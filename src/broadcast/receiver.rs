@@ -218,6 +218,7 @@ impl<T> Receiver<T> {
     /// anything is read.
     fn begin(&mut self) -> Result<Active<'_, T>, TryRecvError> {
         if self.nothing_new() {
+            self.inner.passed_nothing(&mut self.panics.0);
             return Err(self.empty_or_closed());
         }
         let (mut active, lag) = self.resume();

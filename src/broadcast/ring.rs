@@ -12,9 +12,7 @@
 //! `// SAFETY:` comment below refers to them by name.
 
 use crate::sync::futex::{Condvar, Mutex, MutexGuard};
-use crate::sync::{
-    AtomicBool, AtomicU64, AtomicUsize, CachePadded, Ordering, UnsafeCell, spin_loop, thread,
-};
+use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering, UnsafeCell, spin_loop, thread};
 use std::task::Waker;
 
 /// Top bit of a reader counter: the reader is suspended (holds no claim and
@@ -38,7 +36,8 @@ const RUNNING: usize = 1;
 const AGAIN: usize = 2;
 
 /// `Inner::reclaim` bit: a run ended after [`MAX_PASSES`] scans with moves
-/// still unscanned, so the next mover runs whatever its position.
+/// still unscanned, or a reader joined (a run may have seen its slot's old
+/// counter), so the next receive runs whether or not it moved.
 const PENDING: usize = 4;
 
 /// Scans one reclaim run makes at most: while readers keep moving, a run
@@ -118,8 +117,13 @@ pub(super) struct Inner<T> {
     origin: u64,
     /// One counter per registry slot: `SUSPENDED | seq` or an active `seq`.
     readers: Box<[CachePadded<AtomicU64>]>,
-    /// `true` while a `Receiver` owns the registry slot.
-    taken: Box<[AtomicBool]>,
+    /// Bit `i % 64` of word `i / 64` is set while a `Receiver` owns
+    /// registry slot `i`: one load tells a scan which of 64 slots to visit.
+    taken: Box<[AtomicU64]>,
+    /// Joins so far: a joiner adds 1 (AcqRel) after taking its slot and
+    /// before it loads `published`; cleanup reads it before and after a
+    /// scan that skips empty slots (edge J).
+    joins: AtomicU64,
     /// Where the next `subscribe` starts probing.
     probe: AtomicUsize,
     /// Live `Sender`s; 0 means closed.
@@ -199,6 +203,12 @@ impl<T> Freed<T> {
         }
     }
 
+    /// Nothing was taken out (the usual case: readers keep the ring
+    /// cleared).
+    pub(super) fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
     fn push(&mut self, value: Option<T>) {
         let Some(v) = value else { return };
         if self.first.is_none() {
@@ -237,7 +247,10 @@ impl<T> Inner<T> {
             readers: (0..max_readers)
                 .map(|_| CachePadded::new(AtomicU64::new(SUSPENDED)))
                 .collect(),
-            taken: (0..max_readers).map(|_| AtomicBool::new(false)).collect(),
+            taken: (0..max_readers.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            joins: AtomicU64::new(0),
             probe: AtomicUsize::new(0),
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(0),
@@ -461,6 +474,14 @@ impl<T> Inner<T> {
         Some(value)
     }
 
+    /// A receive that moved nothing: runs [`passed`](Self::passed) if a
+    /// scan is pending (`PENDING`); otherwise one load.
+    pub(super) fn passed_nothing(&self, panics: &mut crate::unwind::Panics) {
+        if self.reclaim.load(Ordering::Relaxed) & PENDING != 0 {
+            self.passed(0, panics);
+        }
+    }
+
     /// A reader moved past sequences from `from` on (or left, with `from`
     /// 0): drops the values every registered reader has passed now, unless
     /// a reclaim run in progress will (it scans again), or an earlier
@@ -555,63 +576,30 @@ impl<T> Inner<T> {
     /// `target`, the minimum over the claims of registered readers, but never
     /// below `needed`. Suspended readers below `needed` are force-advanced to
     /// exactly `needed` (they will report the lag); an active reader below
-    /// `needed` is mid-copy and is waited for. Empty registry slots are
-    /// suspended readers that nobody will resume, so they are moved to
-    /// `target` (the seed's Pin 3).
+    /// `needed` is mid-copy and is waited for.
+    ///
+    /// Empty registry slots are suspended readers that nobody will resume.
+    /// The scan skips them unless a reader joined during it (`joins`
+    /// moved): then it scans again and moves them to `target` (the seed's
+    /// Pin 3), so a joiner never starts below what was freed (edge J).
     ///
     /// Edge F: every counter value read here (Acquire) was stored by its
     /// reader after it finished reading everything below it; the final
     /// `fetch_max` (Release) passes that on to writers that load
     /// `last_valid`.
     pub(super) fn cleanup(&self, needed: u64) {
+        let joins = self.joins.load(Ordering::Acquire);
         let published = self.published();
         debug_assert!(needed <= published);
         // Never free an unpublished sequence.
         let needed = needed.min(published);
-        let mut target = published;
-        for (counter, taken) in self.readers.iter().zip(self.taken.iter()) {
-            let mut backoff = Backoff::new();
-            let mut cur = counter.load(Ordering::Acquire);
-            loop {
-                let pos = cur & SEQ;
-                if pos >= target {
-                    break; // claims nothing below the target
-                }
-                // Read after the counter: if `cur` was stored by the current
-                // owner (or after it joined), `taken` is seen as `true`.
-                let real = taken.load(Ordering::Acquire);
-                if cur & SUSPENDED == 0 {
-                    // Active: copying `pos` (or about to).
-                    if pos >= needed {
-                        target = pos;
-                        break;
-                    }
-                    backoff.snooze(); // the one wait on a reader: mid-copy
-                    cur = counter.load(Ordering::Acquire);
-                    continue;
-                }
-                if real && pos >= needed {
-                    target = pos; // within capacity: keep what it will read
-                    break;
-                }
-                // Force-advance: a real reader exactly to `needed`, an empty
-                // slot to the current target.
-                let to = if real { needed } else { target };
-                match counter.compare_exchange(
-                    cur,
-                    SUSPENDED | to,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        if real {
-                            target = needed;
-                        }
-                        break;
-                    }
-                    Err(now) => cur = now,
-                }
-            }
+        let mut target = self.scan(needed, published, false);
+        // Edge J: an RMW, so it reads the latest `joins`. Unchanged, every
+        // joiner either took its slot before our first load (which then
+        // acquired it: the scan saw the slot taken) or will load
+        // `published` after this RMW (so it starts at or past ours).
+        if self.joins.fetch_add(0, Ordering::AcqRel) != joins {
+            target = target.min(self.scan(needed, published, true));
         }
         // `fetch_max` as an explicit CAS loop: the same AcqRel read-modify-
         // write, but one ThreadSanitizer can see (it does not instrument
@@ -630,6 +618,80 @@ impl<T> Inner<T> {
         }
     }
 
+    /// The scan behind [`cleanup`](Self::cleanup): the lowest claim at or
+    /// above `needed` (at most `published`), forcing suspended readers below
+    /// `needed` to it. With `empty` it visits every registry slot and moves
+    /// empty ones to the target; without, only the slots it sees taken.
+    fn scan(&self, needed: u64, published: u64, empty: bool) -> u64 {
+        let mut target = published;
+        if !empty {
+            for (w, word) in self.taken.iter().enumerate() {
+                let mut bits = word.load(Ordering::Acquire);
+                while bits != 0 {
+                    let i = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    target = self.visit(i, needed, target, true);
+                }
+            }
+            return target;
+        }
+        for i in 0..self.readers.len() {
+            // Whether it is taken is read after the counter, in `visit`.
+            target = self.visit(i, needed, target, false);
+        }
+        target
+    }
+
+    /// One registry slot of a [`scan`](Self::scan): returns the target
+    /// lowered to its claim, after forcing it to `needed` if it is a
+    /// suspended reader below it, or (an empty slot) to the target.
+    /// `taken`: the slot was seen taken, so it is a real reader.
+    fn visit(&self, i: usize, needed: u64, mut target: u64, taken: bool) -> u64 {
+        let counter = self.counter(i);
+        let mut backoff = Backoff::new();
+        let mut cur = counter.load(Ordering::Acquire);
+        loop {
+            let pos = cur & SEQ;
+            if pos >= target {
+                return target; // claims nothing below the target
+            }
+            // Read after the counter: if `cur` was stored by the current
+            // owner (or after it joined), `taken` is seen as `true`.
+            let real = taken || self.is_taken(i);
+            if cur & SUSPENDED == 0 {
+                // Active: copying `pos` (or about to).
+                if pos >= needed {
+                    return pos;
+                }
+                backoff.snooze(); // the one wait on a reader: mid-copy
+                cur = counter.load(Ordering::Acquire);
+                continue;
+            }
+            if real && pos >= needed {
+                return pos; // within capacity: keep what it will read
+            }
+            // Force-advance: a real reader exactly to `needed`, an empty
+            // slot to the current target.
+            let to = if real { needed } else { target };
+            match counter.compare_exchange(cur, SUSPENDED | to, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if real {
+                        target = needed;
+                    }
+                    return target;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// `true` while a `Receiver` owns registry slot `i` (Acquire).
+    #[inline]
+    fn is_taken(&self, i: usize) -> bool {
+        self.taken[i / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+    }
+
     // ----- registry --------------------------------------------------------
 
     /// Takes a free registry slot and positions a suspended reader there at
@@ -639,10 +701,11 @@ impl<T> Inner<T> {
         let n = self.readers.len();
         let start = self.probe.fetch_add(1, Ordering::Relaxed) % n;
         let i = (0..n).map(|k| (start + k) % n).find(|&i| {
-            self.taken[i]
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+            let bit = 1 << (i % 64);
+            self.taken[i / 64].fetch_or(bit, Ordering::AcqRel) & bit == 0
         })?;
+        // Edge J: after taking the slot, before loading `published`.
+        self.joins.fetch_add(1, Ordering::AcqRel);
         let published = self.published();
         let counter = self.counter(i);
         let mut cur = counter.load(Ordering::Acquire);
@@ -662,6 +725,11 @@ impl<T> Inner<T> {
             }
         };
         self.receivers.fetch_add(1, Ordering::Relaxed);
+        // A reclaim run that scanned meanwhile saw the slot taken with its
+        // old counter, and kept everything from there. Nothing here may
+        // drop values (a map subscribes under its own lock), so leave the
+        // next scan to the next receive, moving or not.
+        self.reclaim.fetch_or(PENDING, Ordering::AcqRel);
         Some((i, seq))
     }
 
@@ -673,7 +741,7 @@ impl<T> Inner<T> {
     pub(super) fn leave(&self, i: usize, panics: &mut crate::unwind::Panics) {
         debug_assert!(self.counter(i).load(Ordering::Relaxed) & SUSPENDED != 0);
         self.receivers.fetch_sub(1, Ordering::Relaxed);
-        self.taken[i].store(false, Ordering::Release);
+        self.taken[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Release);
         self.passed(0, panics);
     }
 
