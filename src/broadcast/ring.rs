@@ -397,9 +397,11 @@ impl<T> Inner<T> {
                     // An earlier writer has not published yet; wait for it.
                     backoff.snooze();
                 } else {
+                    // Acquire: edge F for everything below it.
                     if self.last_valid.load(Ordering::Acquire) < needed {
                         self.cleanup(needed);
                     }
+                    // `last_valid >= needed` now, as loaded or raised here.
                     while let Some(old) = self.clear_one(needed) {
                         freed.push(old);
                     }
@@ -431,14 +433,16 @@ impl<T> Inner<T> {
     }
 
     /// Clears one freed sequence below `end`: claims the oldest unclaimed
-    /// one (CAS on `clear_gen`, only below `last_valid`), moves its value
-    /// out, and stores `cleared` past it once every earlier claim did.
-    /// Returns the value (`None` for a tombstone), or `None` if nothing
-    /// below `min(end, last_valid)` is left to claim. Runs no user code.
+    /// one (CAS on `clear_gen`), moves its value out, and stores `cleared`
+    /// past it once every earlier claim did. Returns the value (`None` for
+    /// a tombstone), or `None` if nothing below `end` is left to claim.
+    /// Runs no user code.
+    ///
+    /// `end <= last_valid`, a value this thread loaded from `last_valid`
+    /// (Acquire) or raised it to in cleanup (AcqRel, after its Acquire
+    /// loads of every counter): every read of a sequence below `end`
+    /// happened-before (edge F).
     fn clear_one(&self, end: u64) -> Option<Option<T>> {
-        // Acquire: edge F (every read of a freed sequence happened-before
-        // the cleanup that raised `last_valid` past it).
-        let end = end.min(self.last_valid.load(Ordering::Acquire));
         let mut d = self.clear_gen.load(Ordering::Relaxed);
         loop {
             if d >= end {
@@ -457,8 +461,9 @@ impl<T> Inner<T> {
                 Err(now) => d = now,
             }
         }
-        // SAFETY: `d < last_valid` as loaded above (Acquire): no reader reads
-        // `d` again and every read of it happened-before (edge F); its
+        // SAFETY: `d < end <= last_valid`, acquired by this thread (see
+        // above): no reader reads `d` again and every read of it
+        // happened-before (edge F); its
         // writer published it before cleanup could free it (edge P through
         // cleanup's Acquire load of `read_gen`). The CAS made this thread
         // the only claimant of `d`, and no writer touches `slot(d)` before
@@ -526,9 +531,9 @@ impl<T> Inner<T> {
         let mut passes = 0;
         loop {
             // Frees what no reader claims, forcing nobody.
-            self.cleanup(0);
+            let freed = self.cleanup(0);
             passes += 1;
-            while let Some(old) = self.clear_one(u64::MAX) {
+            while let Some(old) = self.clear_one(freed) {
                 // User code, with no lock of ours held: `RUNNING` only makes
                 // other movers leave the scan to this run.
                 panics.drop_each(old);
@@ -587,13 +592,23 @@ impl<T> Inner<T> {
     /// reader after it finished reading everything below it; the final
     /// `fetch_max` (Release) passes that on to writers that load
     /// `last_valid`.
-    pub(super) fn cleanup(&self, needed: u64) {
+    ///
+    /// Returns `last_valid` as this call left or found it (at least
+    /// `needed`), acquired as edge F requires of
+    /// [`clear_one`](Self::clear_one)'s `end`.
+    pub(super) fn cleanup(&self, needed: u64) -> u64 {
         let joins = self.joins.load(Ordering::Acquire);
         let published = self.published();
         debug_assert!(needed <= published);
         // Never free an unpublished sequence.
         let needed = needed.min(published);
         let mut target = self.scan(needed, published, false);
+        let mut cur = self.last_valid.load(Ordering::Acquire);
+        if target <= cur {
+            // Nothing to raise (`cur >= target >= needed`), so nothing for
+            // a joiner to start below.
+            return cur;
+        }
         // Edge J: an RMW, so it reads the latest `joins`. Unchanged, every
         // joiner either took its slot before our first load (which then
         // acquired it: the scan saw the slot taken) or will load
@@ -604,7 +619,6 @@ impl<T> Inner<T> {
         // `fetch_max` as an explicit CAS loop: the same AcqRel read-modify-
         // write, but one ThreadSanitizer can see (it does not instrument
         // min/max RMWs, and then reports the slot hand-over as a race).
-        let mut cur = self.last_valid.load(Ordering::Acquire);
         while cur < target {
             match self.last_valid.compare_exchange_weak(
                 cur,
@@ -612,10 +626,11 @@ impl<T> Inner<T> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => break,
+                Ok(_) => return target,
                 Err(now) => cur = now,
             }
         }
+        cur
     }
 
     /// The scan behind [`cleanup`](Self::cleanup): the lowest claim at or
