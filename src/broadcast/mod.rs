@@ -33,6 +33,18 @@
 //! the receiver that passed it last (a *reclaim run*), or by a writer that
 //! needs the slot; a slot is reused only once cleared.
 //!
+//! # Files
+//!
+//! * This file: the ground rules below and the writing end, [`Sender`]
+//!   (reserve, write, publish through `Inner`; it writes a slot only
+//!   between its `reserve` and its publish).
+//! * `receiver.rs`: the reading end, [`Receiver`] and its guards; it reads
+//!   slots only through its `Active` token.
+//! * `ring.rs`: `Inner`, the state every handle shares, and every protocol
+//!   step on it (cleanup, clearing, reclaim runs, registry, sleepers); it
+//!   owns every shared field.
+//! * `error.rs`: the error types.
+//!
 //! # Ground rules
 //!
 //! ## Generation encoding
@@ -96,9 +108,9 @@
 //! * **F (read -> free -> reuse).** A reader stores its counter past `seq`
 //!   (Release) only after it finished reading `seq`. Cleanup loads every
 //!   counter (Acquire), then raises `last_valid` with an AcqRel `fetch_max`;
-//!   a clearing thread loads `last_valid` (Acquire) before it claims a
-//!   sequence. So every read of the old message happens-before it is taken
-//!   out.
+//!   a clearing thread claims only below a `last_valid` it loaded
+//!   (Acquire) or raised itself in that cleanup. So every read of the old
+//!   message happens-before it is taken out.
 //! * **C (clear -> reuse).** The claimant of `d` takes the value out, waits
 //!   for `cleared == d` (Acquire), then stores `cleared = d + 1` (Release); a
 //!   writer loads `cleared` (Acquire) before it reserves `seq`, and reserves
@@ -368,8 +380,11 @@ impl<T: Send + Sync> Sender<T> {
     /// Never waits for a slow receiver: if the ring is full, this writer runs
     /// cleanup and frees the oldest message, and receivers that had not read
     /// it get [`TryRecvError::Lagged`]. It may wait briefly for a receiver
-    /// that is in the middle of copying the oldest message out, and for
-    /// earlier writers to publish (messages are published in order).
+    /// that is in the middle of copying the oldest message out, for another
+    /// thread moving a freed message out of its slot, and for earlier
+    /// writers to publish (messages are published in order). Receivers
+    /// that keep up drop what they have all passed themselves, so a send
+    /// then neither frees nor drops anything.
     ///
     /// A receiver's `T::clone` (or a held [`RecvRef`]) must not send on the
     /// same area: that writer could wait for its own reader.

@@ -2,8 +2,8 @@
 //! (blocking, non-blocking, in place, batched, async) and the `Active`
 //! token through which alone a reader reads a slot.
 //!
-//! Owns the receiver's own state (`next`, `known`, `registered`) and its
-//! registry counter while active. It touches the shared ring only through
+//! Owns the receiver's own state (`next`, `known`, `registered`, the panic
+//! it keeps) and its registry counter while active. It touches the shared ring only through
 //! `Inner`'s methods, and reads a slot only through an `Active` token, under
 //! the ground rules of the parent module (edges P, F and R).
 
