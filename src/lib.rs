@@ -93,9 +93,11 @@
 //! `event_capacity` slots (1024 by default, allocated on the first
 //! `subscribe`): writers never wait for slow readers, and a subscriber that
 //! fell more than the capacity behind gets [`RecvError::Lagged`] with the exact
-//! number it missed, then continues from the oldest event still held. After
-//! the map is dropped, subscribers drain what is left and see
-//! [`RecvError::Closed`].
+//! number it missed, then continues from the oldest event still held. An
+//! event's value is dropped as soon as every subscriber has received it (or
+//! lost it to a lag, or gone away), by the receive that was last; one that
+//! no subscriber took stays until the ring wraps on it. After the map is
+//! dropped, subscribers drain what is left and see [`RecvError::Closed`].
 //!
 //! [`Subscriber::recv_async`] waits for the next event without blocking a
 //! thread, on any executor: the task's waker is registered in the ring and

@@ -1,5 +1,5 @@
-//! loom models of `expiremap::broadcast`: publish, read, cleanup, suspend,
-//! join, drop and park/notify. Each model is tiny (capacity 1 or 2, at most
+//! loom models of `expiremap::broadcast`: publish, read, cleanup, reclaim,
+//! suspend, join, drop and park/notify. Each model is tiny (capacity 1 or 2, at most
 //! three messages) so that `LOOM_MAX_PREEMPTIONS=2` explores it in seconds;
 //! loom's `UnsafeCell` tracking turns any read of a freed or half-written
 //! slot into a failure, and a lost wake-up into a deadlock report.
@@ -277,5 +277,132 @@ fn writer_waits_for_reader_mid_copy() {
                 assert_eq!(rx.try_recv().as_deref(), Ok("b"));
             }
         }
+    });
+}
+
+// ----- reclaim: a message leaves the ring once every reader has passed it --
+
+/// Two readers receive the one message concurrently and stay registered:
+/// once both have returned, the ring's copy is dropped, exactly once,
+/// whichever of them passed it last and however their reclaim runs
+/// interleave (a run in progress rescans for a move it missed, `AGAIN`).
+#[test]
+fn the_last_of_two_concurrent_readers_drops_the_message() {
+    model(|| {
+        let live = StdArc::new(AtomicIsize::new(0));
+        let tx = Sender::new(2, 2).unwrap();
+        let readers: Vec<_> = (0..2).map(|_| tx.subscribe().unwrap()).collect();
+        tx.send(Msg::new(1, &live));
+        let threads: Vec<_> = readers
+            .into_iter()
+            .map(|mut rx| {
+                thread::spawn(move || {
+                    let id = rx.try_recv().map(|m| m.id);
+                    (id, rx) // stays registered
+                })
+            })
+            .collect();
+        let readers: Vec<_> = threads
+            .into_iter()
+            .map(|t| {
+                let (id, rx) = t.join().unwrap();
+                assert_eq!(id, Ok(1));
+                rx
+            })
+            .collect();
+        assert_eq!(live.load(SeqCst), 0, "both passed it: dropped");
+        drop((tx, readers));
+        assert_eq!(live.load(SeqCst), 0);
+    });
+}
+
+/// A reader that keeps up on a ring of 1 races a writer sending three
+/// messages: the reader's reclaim and the writer clearing a full ring
+/// claim slots from the same `clear_gen`, so each message is taken out
+/// exactly once and never under a reader (loom's cell tracking) or a
+/// writer. When the reader has seen `Closed`, every message is dropped
+/// although it is still registered.
+#[test]
+fn reclaim_races_a_writer_clearing_a_full_ring() {
+    model(|| {
+        let live = StdArc::new(AtomicIsize::new(0));
+        let tx = Sender::new(1, 1).unwrap();
+        let mut rx = tx.subscribe().unwrap();
+        let l = live.clone();
+        let w = thread::spawn(move || {
+            for id in 1..=3 {
+                tx.send(Msg::new(id, &l));
+            }
+        });
+        let (got, lost) = recv_all(&mut rx);
+        w.join().unwrap();
+        let ids: Vec<u32> = got.iter().map(|m| m.id).collect();
+        assert_eq!(ids.len() as u64 + lost, 3, "{ids:?} lost {lost}");
+        assert_eq!(ids.last(), Some(&3));
+        drop(got);
+        assert_eq!(live.load(SeqCst), 0, "every message left the ring");
+        drop(rx);
+    });
+}
+
+/// One reader receives while the other leaves without reading: the
+/// message is dropped once both are past it (the leaver by leaving), and
+/// the reader that stays can still receive the next one.
+#[test]
+fn a_reader_leaving_races_a_reader_receiving() {
+    model(|| {
+        let live = StdArc::new(AtomicIsize::new(0));
+        let tx = Sender::new(2, 2).unwrap();
+        let mut stays = tx.subscribe().unwrap();
+        let leaves = tx.subscribe().unwrap();
+        tx.send(Msg::new(1, &live));
+        let t = thread::spawn(move || drop(leaves));
+        assert_eq!(stays.try_recv().map(|m| m.id), Ok(1));
+        t.join().unwrap();
+        assert_eq!(live.load(SeqCst), 0, "both are past it: dropped");
+        tx.send(Msg::new(2, &live));
+        assert_eq!(stays.try_recv().map(|m| m.id), Ok(2));
+        assert_eq!(live.load(SeqCst), 0);
+    });
+}
+
+/// A reader joins while a message is published and another reader's
+/// reclaim run scans (skipping empty registry slots, edge J). The joiner
+/// starts before the message or after it, never at a freed one: if it
+/// starts before, the run keeps the message for it (loom's cell tracking
+/// catches a take under its read). Once both have passed it and the joiner
+/// has received again (a run that saw the joiner's old counter kept the
+/// message; the join left `PENDING` for that receive), it is gone.
+#[test]
+fn a_reader_joins_while_a_reclaim_run_scans() {
+    model(|| {
+        let live = StdArc::new(AtomicIsize::new(0));
+        let tx = StdArc::new(Sender::new(2, 2).unwrap());
+        let mut a = tx.subscribe().unwrap();
+        let (t2, l2) = (tx.clone(), live.clone());
+        let w = thread::spawn(move || t2.send(Msg::new(1, &l2)));
+        let t3 = tx.clone();
+        let j = thread::spawn(move || {
+            let mut rx = t3.subscribe().unwrap();
+            let got = rx.try_recv().map(|m| m.id);
+            (got, rx)
+        });
+        assert_eq!(a.recv().map(|m| m.id), Ok(1));
+        w.join().unwrap();
+        let (got, mut joiner) = j.join().unwrap();
+        match got {
+            Ok(1) | Err(TryRecvError::Empty) => {}
+            other => panic!("the joiner got {other:?}"),
+        }
+        if got.is_err() {
+            // It started before the message only if the publish came
+            // after its join; then the message is still there for it.
+            match joiner.try_recv().map(|m| m.id) {
+                Ok(1) | Err(TryRecvError::Empty) => {}
+                other => panic!("then {other:?}"),
+            }
+        }
+        assert_eq!(live.load(SeqCst), 0, "both passed it: dropped");
+        drop((a, joiner));
     });
 }

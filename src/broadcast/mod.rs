@@ -29,6 +29,21 @@
 //! It differs from the seed where the seed had holes (see DESIGN.md §4): no
 //! read while suspended, `T: Sync`, a power-of-two capacity, writers make room
 //! themselves instead of failing, and an `Arc` replaces the tournament drop.
+//! A freed message is then taken out of its slot (*cleared*) and dropped by
+//! the receiver that passed it last (a *reclaim run*), or by a writer that
+//! needs the slot; a slot is reused only once cleared.
+//!
+//! # Files
+//!
+//! * This file: the ground rules below and the writing end, [`Sender`]
+//!   (reserve, write, publish through `Inner`; it writes a slot only
+//!   between its `reserve` and its publish).
+//! * `receiver.rs`: the reading end, [`Receiver`] and its guards; it reads
+//!   slots only through its `Active` token.
+//! * `ring.rs`: `Inner`, the state every handle shares, and every protocol
+//!   step on it (cleanup, clearing, reclaim runs, registry, sleepers); it
+//!   owns every shared field.
+//! * `error.rs`: the error types.
 //!
 //! # Ground rules
 //!
@@ -41,10 +56,13 @@
 //! * Ring slot of a message: `generation & (capacity - 1)`. The capacity is a
 //!   power of two, so it divides 2^64 and the slot index never jumps, even
 //!   when the generation wraps.
-//! * Three shared counters, always `last_valid <= read_gen <= write_gen <=
-//!   last_valid + capacity`:
-//!   `seq < last_valid` is freed (unreadable; its slot may be reused);
-//!   `seq < read_gen` is published; `seq < write_gen` is reserved.
+//! * Five shared counters, always `cleared <= clear_gen <= last_valid <=
+//!   read_gen <= write_gen <= cleared + capacity`:
+//!   `seq < cleared` is cleared (its value was taken out; its slot is empty
+//!   and the writer of `seq + capacity` may write it); `seq < clear_gen` is
+//!   claimed by a clearing thread; `seq < last_valid` is freed (no reader
+//!   reads it again, its value may be taken out); `seq < read_gen` is
+//!   published; `seq < write_gen` is reserved.
 //!   Bit 63 of `read_gen` is `WAITING`: a receiver may be asleep (a thread
 //!   parked, or an async receive's waker registered).
 //! * A reader counter is `SUSPENDED | seq` (bit 63 set: the reader is between
@@ -59,14 +77,20 @@
 //! | field | written by | how |
 //! | --- | --- | --- |
 //! | `write_gen` | writers | CAS `seq -> seq + 1` (reserve) |
-//! | slot of `seq` | the writer that reserved `seq`, until it publishes | take the old value, write the new one |
+//! | slot of `seq` | the writer that reserved `seq`, until it publishes; then the thread that claimed `seq` in `clear_gen` | write the value (the slot is empty); take it out |
+//! | `clear_gen` | clearing threads: reclaim runs, and writers that find the ring full | CAS `d -> d + 1` while `d < last_valid` (claim) |
+//! | `cleared` | the claimant of `d` | store `d + 1` after waiting for `cleared == d` |
+//! | `reclaim` `AGAIN` | a receiver that moved, or left | `fetch_or` |
+//! | `reclaim` `RUNNING` | the runner: set by CAS from not running (clearing the other bits), cleared by CAS `RUNNING -> 0` (a `swap` back to `RUNNING` if `AGAIN` was set) | |
+//! | `reclaim` `PENDING` | a runner that stops after `MAX_PASSES` scans with `AGAIN` set | `swap(PENDING)`, which also clears `RUNNING` |
 //! | `read_gen` low bits | the writer that reserved `read_gen` | `swap(seq + 1)` after waiting for `read_gen == seq` |
 //! | `read_gen` `WAITING` | sleeping receivers set it under `lock`; publish and the last sender's drop clear it; the last sleeper to give up clears it under `lock` | `fetch_or` / `swap` / `fetch_and` |
 //! | `Sleepers` (behind `lock`) | parking threads count themselves; an async receive puts or takes its registry slot's waker; a notify takes every waker | under `lock` only |
 //! | `last_valid` | cleanup (any writer) | `fetch_max` |
 //! | reader counter, active | its reader only | plain stores (progress, suspend) |
 //! | reader counter, suspended | its reader (resume, join) and cleanup (force) | CAS only |
-//! | `taken[i]` | `subscribe` (CAS false -> true), `Receiver` drop (store false) | |
+//! | `taken` bit `i` (bit `i % 64` of word `i / 64`) | `subscribe` (`fetch_or`; it owns the slot if the bit was clear), `Receiver` drop (`fetch_and`) | |
+//! | `joins` | `subscribe`, after taking its slot (`fetch_add(1)`); cleanup (`fetch_add(0)`, to read the latest) | AcqRel RMWs |
 //!
 //! A reader reads a slot only through an `Active` token, which exists only
 //! between a successful resume CAS and the suspending store in its `Drop`: a
@@ -84,8 +108,24 @@
 //! * **F (read -> free -> reuse).** A reader stores its counter past `seq`
 //!   (Release) only after it finished reading `seq`. Cleanup loads every
 //!   counter (Acquire), then raises `last_valid` with an AcqRel `fetch_max`;
-//!   a writer loads `last_valid` (Acquire) before it reuses a slot. So every
-//!   read of the old message happens-before the writer takes it out.
+//!   a clearing thread claims only below a `last_valid` it loaded
+//!   (Acquire) or raised itself in that cleanup. So every read of the old
+//!   message happens-before it is taken out.
+//! * **C (clear -> reuse).** The claimant of `d` takes the value out, waits
+//!   for `cleared == d` (Acquire), then stores `cleared = d + 1` (Release); a
+//!   writer loads `cleared` (Acquire) before it reserves `seq`, and reserves
+//!   only `seq < cleared + capacity`. So the take of `seq - capacity` (and,
+//!   through the chain of claimants, of every earlier sequence) happens-before
+//!   the writer writes the slot. Nothing runs user code between a claim and
+//!   its `cleared` store, so a writer that waits for `cleared` waits for a
+//!   move, never for a `Drop`.
+//! * **R (move -> reclaim).** A receiver that moved past sequences stores its
+//!   counter (Release), then `fetch_or(AGAIN)` (AcqRel) on `reclaim`. All
+//!   RMWs on `reclaim` are AcqRel, so whichever of them comes later in its
+//!   order sees the earlier: a run that starts (CAS to `RUNNING`) after a
+//!   move's RMW sees the moved counter; a run in progress during it reads
+//!   `AGAIN` at its end and scans again; a run that ended before it released
+//!   its `last_valid` to the mover.
 //! * **Claims.** Cleanup frees below `target` only after seeing every counter
 //!   at `>= target`, or a suspended one it moved there by CAS. A reader
 //!   resumes by CAS `SUSPENDED | s -> s`; both are RMWs on one location, so
@@ -94,6 +134,17 @@
 //!   joining reader takes a registry slot, then CASes the slot's counter to
 //!   `max(counter, read_gen)`; an empty slot is always a counter too, so a
 //!   cleanup racing the join is just a cleanup racing a resume (Pin 3).
+//! * **J (join -> cleanup that skips empty slots).** Cleanup first visits
+//!   only the slots whose `taken` bit it sees, without moving empty ones.
+//!   It loads `joins` before it loads `read_gen`, and `fetch_add(0)`s it
+//!   after the scan. A joiner sets its bit, then `fetch_add(1)`s `joins`,
+//!   then loads `read_gen`. If the two values cleanup read are equal, each
+//!   joiner's RMW is before the first (which acquired it, so the scan saw
+//!   the bit: a real reader, claims respected as above) or after the
+//!   second (which the joiner acquires, so its `read_gen` load sees at
+//!   least what cleanup loaded, and it starts at or past the target). If
+//!   they differ, cleanup scans again visiting every slot and moving empty
+//!   ones as before.
 //! * **W (publish/close -> wake).** See `Inner::park`: the parking receiver
 //!   and the publisher (or last sender) both RMW `read_gen`, so one of them
 //!   sees the other. Before parking, a blocking receive spins and yields
@@ -148,8 +199,9 @@
 //!
 //! ## Cleanup
 //!
-//! A writer that finds the ring full (`write_gen == last_valid + capacity`)
-//! runs cleanup for `needed = write_gen + 1 - capacity`: it frees up to the
+//! A writer that finds the ring full (`write_gen == cleared + capacity`)
+//! runs cleanup for `needed = write_gen + 1 - capacity` (unless `last_valid`
+//! is there already): it frees up to the
 //! smallest claim of a registered reader, but at least up to `needed`.
 //! Suspended readers below `needed` are moved to exactly `needed`, so a
 //! reader with at most `capacity` unread messages never loses any, and a
@@ -157,9 +209,59 @@
 //! reports `Lagged(n)` with the exact count. The only reader a writer waits
 //! for is an active one below `needed`: it is copying one message.
 //!
-//! Freed values are dropped by the writer that reuses their slot, after it
-//! publishes, or when the last handle goes: at most `capacity` messages are
-//! alive at a time and no user code runs between reserve and publish.
+//! A writer on a full ring also clears what it needs (it claims
+//! `seq - capacity` in `clear_gen`, or waits for the thread that claimed it
+//! to store `cleared`), and drops the value after it publishes: at most
+//! `capacity` messages are alive at a time and no user code runs between
+//! reserve and publish.
+//!
+//! ## Reclaim runs
+//!
+//! A message leaves the ring once every registered reader has passed it,
+//! not when its slot is reused. After a receive moves a reader (a message
+//! received or borrowed and released, tombstones skipped, a lag reported)
+//! or a receiver leaves, `Inner::passed`:
+//!
+//! 1. `fetch_or(AGAIN)` on `reclaim`. If `RUNNING` was set, stop: the run
+//!    in progress scans again before it ends (edge R).
+//! 2. If the reader's old position is above `last_valid` and `PENDING` is
+//!    clear, stop: the last run found a lower claim, held by a reader that
+//!    has not moved since (its move would have run, or set `AGAIN` on the
+//!    run in progress), so this move freed nothing. A leaving receiver
+//!    never stops here.
+//! 3. Become the runner: CAS to `RUNNING` (clearing `AGAIN`) unless a run
+//!    started meanwhile (it saw this move: stop).
+//! 4. Run cleanup with `needed = 0`: it frees up to the lowest claim of a
+//!    registered reader and forces nobody. Then clear everything below
+//!    `last_valid`, dropping each value after its `cleared` store.
+//! 5. CAS `RUNNING -> 0`; if `AGAIN` was set meanwhile, swap back to
+//!    `RUNNING` and go to 4, at most `MAX_PASSES` (4) scans in all. After
+//!    that, `swap(PENDING)` and stop: while readers keep moving, one
+//!    receive does not serve the others for as long as they do, and the
+//!    next mover runs whatever its position.
+//!
+//! A receive that moves nothing (`Empty`, `Closed`) runs too if `PENDING` is
+//! set (one load otherwise). A joining reader sets `PENDING` once its
+//! counter is in place: a run that scanned during the join saw the slot
+//! taken with its old counter and kept everything from there, and a join
+//! may not drop values itself (a map subscribes under its own lock).
+//!
+//! So the receive (or drop) that passes a message last drops it, or a run
+//! already in progress does. The exceptions are a run that stopped at
+//! `MAX_PASSES` and a run that raced a join: what they kept waits for the
+//! next receive of any receiver (or a writer that needs the slots). A receiver that
+//! never reads claims its position, so what it has not read stays until a writer needs the slot
+//! and forces it forward, as before. A force-advanced reader moves only
+//! when it next receives. Values dropped by a run are user code: `RUNNING`
+//! is no lock (nobody waits for it; a writer clears what it needs itself),
+//! and no lock of ours is held. A panicking `Drop` is caught, the run goes
+//! on dropping the rest and ends cleanly, and the receiver keeps the first
+//! panic and resumes it when it is dropped (a receive returns what it got).
+//!
+//! A reclaim run costs the receiver a few RMWs and a scan of the registered
+//! readers (one load per 64 registry slots for the `taken` bits, then one
+//! per registered reader); a writer pays nothing for it, and no longer runs
+//! cleanup while readers keep up.
 //!
 //! ## Writer panics
 //!
@@ -173,7 +275,9 @@
 //!
 //! Handles share one `Arc`; `Sender`s are also counted, and the last one to
 //! go marks the area closed and wakes parked receivers. The ring drops every
-//! message it still holds when the last handle goes. Nothing spins in `Drop`.
+//! message it still holds when the last handle goes. Nothing waits in
+//! `Drop` except a receiver's reclaim run (a `Receiver` or `RecvRef` drop),
+//! and that only for another thread's clearing mid-move (edge C).
 //!
 //! # Rejected at compile time
 //!
@@ -201,6 +305,7 @@
 //! ```
 
 mod error;
+mod receiver;
 mod ring;
 
 #[cfg(all(test, not(expiremap_loom)))]
@@ -211,22 +316,12 @@ mod tests_async;
 #[cfg(feature = "stream")]
 pub use error::Lagged;
 pub use error::{BuildError, RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
+pub use receiver::{Receiver, Recv, RecvRef};
 
-use crate::clock::{Clock, SystemClock};
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 use crate::unwind::Panics;
-use ring::{Backoff, Inner, SEQ, SUSPENDED};
-
-/// Backoff steps a blocking receive spends watching `read_gen` before it
-/// parks: 6 rounds of doubling spins (127 `spin_loop` hints in all), then
-/// 4 yields of the thread.
-const SPINS_BEFORE_PARK: u32 = 10;
+use ring::{Freed, Inner};
 use std::fmt;
-use std::future::Future;
-use std::ops::Deref;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 /// The writing end of a broadcast area. Clones are more writers of the same
 /// area; the area closes when the last one is dropped.
@@ -234,26 +329,6 @@ use std::time::Duration;
 /// `Send + Sync` when `T: Send + Sync`.
 pub struct Sender<T> {
     inner: Arc<Inner<T>>,
-}
-
-/// The reading end of a broadcast area: one registry slot and a position.
-/// Created by [`Sender::subscribe`]; dropping it frees the registry slot.
-///
-/// `Send` when `T: Send + Sync`.
-pub struct Receiver<T> {
-    inner: Arc<Inner<T>>,
-    /// Registry slot owned by this receiver.
-    slot: usize,
-    /// Next sequence to read, as this receiver last set it. The counter may
-    /// have been force-advanced past it since; the difference is the lag.
-    next: u64,
-    /// The highest `read_gen` this receiver has loaded (Acquire), or `next`
-    /// if higher: `next..known` is published and its writes happened-before.
-    /// Receives use it instead of loading the hot `read_gen` line again.
-    known: u64,
-    /// `true` if an async receive may have left a waker in this receiver's
-    /// place in `Sleepers` (a notify may have taken it since).
-    registered: bool,
 }
 
 impl<T: Send + Sync> Sender<T> {
@@ -305,8 +380,11 @@ impl<T: Send + Sync> Sender<T> {
     /// Never waits for a slow receiver: if the ring is full, this writer runs
     /// cleanup and frees the oldest message, and receivers that had not read
     /// it get [`TryRecvError::Lagged`]. It may wait briefly for a receiver
-    /// that is in the middle of copying the oldest message out, and for
-    /// earlier writers to publish (messages are published in order).
+    /// that is in the middle of copying the oldest message out, for another
+    /// thread moving a freed message out of its slot, and for earlier
+    /// writers to publish (messages are published in order). Receivers
+    /// that keep up drop what they have all passed themselves, so a send
+    /// then neither frees nor drops anything.
     ///
     /// A receiver's `T::clone` (or a held [`RecvRef`]) must not send on the
     /// same area: that writer could wait for its own reader.
@@ -326,9 +404,9 @@ impl<T: Send + Sync> Sender<T> {
     /// assert_eq!((rx.recv(), rx.recv(), rx.recv()), (Ok(1), Ok(2), Ok(3)));
     /// ```
     ///
-    /// A message that a send overwrites (the ring's oldest) is dropped
-    /// there; if its `Drop` panics, the rest of `values` is still sent, and
-    /// the first such panic is resumed once all of them were.
+    /// A message that a send takes out of a full ring (the oldest) is
+    /// dropped there; if its `Drop` panics, the rest of `values` is still
+    /// sent, and the first such panic is resumed once all of them were.
     pub fn send_batch(&self, values: impl IntoIterator<Item = T>) {
         let mut panics = Panics::new();
         {
@@ -337,8 +415,8 @@ impl<T: Send + Sync> Sender<T> {
                 owed: false,
             };
             for value in values {
-                let old = self.send_owing(move || value, &mut wake.owed);
-                panics.drop_each(old);
+                let freed = self.send_owing(move || value, &mut wake.owed);
+                panics.drop_each(freed);
             }
             // `wake` delivers an owed wake-up here, or while unwinding.
         }
@@ -352,37 +430,39 @@ impl<T: Send + Sync> Sender<T> {
             inner: &self.inner,
             owed: false,
         };
-        let old = self.send_owing(make, &mut wake.owed);
-        // The freed message's `Drop` runs after publishing, outside the
+        let freed = self.send_owing(make, &mut wake.owed);
+        // The freed messages' `Drop` runs after publishing, outside the
         // reserve..publish window.
         drop(wake);
-        drop(old);
+        if !freed.is_empty() {
+            let mut panics = Panics::new();
+            panics.drop_each(freed);
+            panics.resume();
+        }
     }
 
     /// The body of every send. A wake-up owed by the publish is added to
-    /// `owed`; the caller's [`OwedWake`] delivers it. Returns the message
-    /// the send freed (the slot's previous one), for the caller to drop.
+    /// `owed`; the caller's [`OwedWake`] delivers it. Returns the messages
+    /// the send took out of a full ring, for the caller to drop.
     #[must_use]
-    fn send_owing(&self, make: impl FnOnce() -> T, owed: &mut bool) -> Option<T> {
+    fn send_owing(&self, make: impl FnOnce() -> T, owed: &mut bool) -> Freed<T> {
         let inner = &*self.inner;
-        let seq = inner.reserve();
+        let mut freed = Freed::new();
+        let seq = inner.reserve(&mut freed);
         let slot = inner.slot(seq);
-        // SAFETY: `reserve` made this writer the only thread that touches
-        // `slot(seq)` until `seq` is published, and (edge F) every read of the
-        // slot's previous message happened-before; no reader can read it
-        // again because its sequence is below `last_valid`. Taking the old
-        // value leaves a tombstone until the value is written.
-        let old = slot.with_mut(|p| unsafe { (*p).take() });
         let publish = Publish { inner, seq, owed };
         let value = make();
-        // SAFETY: as above; `seq` is still reserved and unpublished (the
-        // guard publishes only when dropped, below).
+        // SAFETY: `reserve` made this writer the only thread that touches
+        // `slot(seq)` until `seq` is published (the guard publishes only
+        // when dropped, below), and the take of the slot's previous message
+        // happened-before (edge C), so the slot is empty and nobody reads
+        // or takes it meanwhile.
         slot.with_mut(|p| unsafe {
             debug_assert!((*p).is_none());
             *p = Some(value);
         });
         drop(publish);
-        old
+        freed
     }
 
     /// Registers a new receiver. It starts at the next message published
@@ -398,13 +478,7 @@ impl<T: Send + Sync> Sender<T> {
     /// ```
     pub fn subscribe(&self) -> Result<Receiver<T>, SubscribeError> {
         match self.inner.join() {
-            Some((slot, next)) => Ok(Receiver {
-                inner: Arc::clone(&self.inner),
-                slot,
-                next,
-                known: next,
-                registered: false,
-            }),
+            Some((slot, next)) => Ok(Receiver::new(Arc::clone(&self.inner), slot, next)),
             None => Err(SubscribeError::RegistryFull {
                 max_readers: self.inner.max_readers(),
             }),
@@ -473,510 +547,5 @@ impl<T> fmt::Debug for Sender<T> {
         f.debug_struct("Sender")
             .field("area", &*self.inner)
             .finish()
-    }
-}
-
-/// What an active reader found at its position.
-enum Next {
-    /// A message is at `Active::pos`.
-    Ready,
-    /// Nothing published yet; senders remain.
-    Empty,
-    /// Nothing left and every sender is gone.
-    Closed,
-}
-
-/// Proof that a receiver is active: its counter holds a claim at or below
-/// `pos`, so nothing from `pos` on is freed while this token lives. Only
-/// [`Receiver::resume`] creates one; its `Drop` suspends the reader at `pos`.
-struct Active<'a, T> {
-    rx: &'a mut Receiver<T>,
-    /// Next sequence to read; the stored claim is `<= pos`.
-    pos: u64,
-    /// `read_gen` as last loaded: `pos..limit` is published.
-    limit: u64,
-}
-
-impl<T> Active<'_, T> {
-    /// Skips tombstones and reports whether a message is at `pos`.
-    fn advance(&mut self) -> Next {
-        loop {
-            if self.pos == self.limit {
-                self.limit = self.rx.inner.published();
-                if self.pos == self.limit {
-                    if !self.rx.inner.closed() {
-                        return Next::Empty;
-                    }
-                    // Closed: every publish happened-before; look once more.
-                    self.limit = self.rx.inner.published();
-                    if self.pos == self.limit {
-                        return Next::Closed;
-                    }
-                }
-            }
-            if self.current().is_some() {
-                return Next::Ready;
-            }
-            self.pos += 1; // a tombstone left by a panicking writer
-        }
-    }
-
-    /// The message at `pos` (`None` for a tombstone). Requires `pos < limit`.
-    fn current(&self) -> Option<&T> {
-        assert!(self.pos < self.limit);
-        #[cfg(all(debug_assertions, not(expiremap_loom)))]
-        debug_assert_eq!(
-            self.rx.inner.counter(self.rx.slot).load(Ordering::Relaxed) & SUSPENDED,
-            0,
-            "read by a suspended reader"
-        );
-        // SAFETY: `pos < limit`, a value of `read_gen` this receiver loaded
-        // with Acquire (now or in an earlier receive: `known`), so the slot
-        // holds `pos`'s message and its write happened-before
-        // (edge P). This token's claim is `<= pos` and stays so while `&self`
-        // is borrowed (claims only change through `&mut self` or `Drop`), so
-        // no writer takes or overwrites the slot until then (edge F).
-        self.rx
-            .inner
-            .slot(self.pos)
-            .with(|p| unsafe { (*p).as_ref() })
-    }
-
-    /// Clones the message at `pos` and moves past it. Requires `Ready`.
-    fn take_clone(&mut self) -> T
-    where
-        T: Clone,
-    {
-        // If `clone` unwinds, `Drop` suspends at `pos`: the message is
-        // retried by the next receive.
-        let value = self.current().expect("advance returned Ready").clone();
-        self.pos += 1;
-        value
-    }
-
-    /// Publishes progress without suspending, so that a writer waiting for
-    /// this reader (mid-batch) waits for one message, not the whole batch.
-    fn release_before_pos(&self) {
-        let counter = self.rx.inner.counter(self.rx.slot);
-        // Release: edge F for every message below `pos`.
-        counter.store(self.pos, Ordering::Release);
-    }
-}
-
-impl<T> Drop for Active<'_, T> {
-    fn drop(&mut self) {
-        let counter = self.rx.inner.counter(self.rx.slot);
-        // Release: edge F. Plain store: only the owner writes an active
-        // counter; cleanup's CAS expects a suspended value and fails.
-        counter.store(SUSPENDED | self.pos, Ordering::Release);
-        self.rx.next = self.pos;
-        self.rx.known = self.limit;
-    }
-}
-
-impl<T> Receiver<T> {
-    /// Fast check, without becoming active: `true` if nothing was published
-    /// past `next`. Loads `read_gen` only when everything known was read. A
-    /// forced advance never passes `read_gen`, so a lagged receiver is never
-    /// reported empty.
-    fn nothing_new(&mut self) -> bool {
-        if self.next < self.known {
-            return false;
-        }
-        self.known = self.inner.published();
-        self.known == self.next
-    }
-
-    /// The start of every non-blocking receive: `Empty`/`Closed` without
-    /// becoming active if nothing new was published; otherwise resumes, and
-    /// reports a lag (suspending again at the oldest message held) before
-    /// anything is read.
-    fn begin(&mut self) -> Result<Active<'_, T>, TryRecvError> {
-        if self.nothing_new() {
-            return Err(self.empty_or_closed());
-        }
-        let (active, lag) = self.resume();
-        if lag > 0 {
-            return Err(TryRecvError::Lagged(lag));
-        }
-        Ok(active)
-    }
-
-    /// Becomes active: CAS `SUSPENDED | s -> s` on our own counter, where `s`
-    /// may have been moved forward by cleanup since we suspended. Returns the
-    /// token and the number of messages lost in between.
-    fn resume(&mut self) -> (Active<'_, T>, u64) {
-        let counter = self.inner.counter(self.slot);
-        let mut cur = counter.load(Ordering::Relaxed);
-        loop {
-            debug_assert!(cur & SUSPENDED != 0, "resume of an active reader");
-            match counter.compare_exchange_weak(
-                cur,
-                cur & SEQ,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(now) => cur = now,
-            }
-        }
-        let pos = cur & SEQ;
-        debug_assert!(pos >= self.next);
-        let lag = pos - self.next;
-        let active = Active {
-            pos,
-            // `known` was loaded with Acquire by this receiver: still valid.
-            limit: pos.max(self.known),
-            rx: self,
-        };
-        (active, lag)
-    }
-
-    /// Before parking, spins (then yields) for a short while, watching
-    /// `read_gen` only: a receiver that keeps up with its writer would
-    /// otherwise park after nearly every message and make every publish pay
-    /// a wake-up. Returns `true` if something was published or the area
-    /// closed. Not under loom, where spinning only multiplies schedules.
-    fn spin_for_news(&mut self) -> bool {
-        if cfg!(expiremap_loom) {
-            return false;
-        }
-        let mut backoff = Backoff::new();
-        for _ in 0..SPINS_BEFORE_PARK {
-            backoff.snooze();
-            if !self.nothing_new() || self.inner.closed() {
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Takes this receiver's waker out of the ring if an async receive left
-    /// one there. Costs a lock only after an async receive went to sleep.
-    fn unregister(&mut self) {
-        if std::mem::take(&mut self.registered) {
-            self.inner.unregister(self.slot);
-        }
-    }
-
-    /// `Err(Closed)` if closed and drained, else `Err(Empty)`; no activation.
-    fn empty_or_closed(&mut self) -> TryRecvError {
-        if self.inner.closed() && self.nothing_new() {
-            TryRecvError::Closed
-        } else {
-            TryRecvError::Empty
-        }
-    }
-}
-
-impl<T: Send + Sync> Receiver<T> {
-    /// Borrows the next message in place, without cloning. The receiver
-    /// stays active while the guard lives, and a writer that needs this
-    /// message's slot waits for the guard: keep it short.
-    ///
-    /// ```
-    /// use expiremap::broadcast::Sender;
-    /// let tx = Sender::new(4, 1).unwrap();
-    /// let mut rx = tx.subscribe().unwrap();
-    /// tx.send(String::from("hello"));
-    /// let msg = rx.try_recv_ref().unwrap();
-    /// assert_eq!(msg.len(), 5);
-    /// ```
-    pub fn try_recv_ref(&mut self) -> Result<RecvRef<'_, T>, TryRecvError> {
-        let mut active = self.begin()?;
-        match active.advance() {
-            Next::Ready => {
-                let seq = active.pos;
-                active.pos += 1; // suspend past it when the guard drops
-                Ok(RecvRef { active, seq })
-            }
-            Next::Empty => Err(TryRecvError::Empty),
-            Next::Closed => Err(TryRecvError::Closed),
-        }
-    }
-}
-
-impl<T: Clone + Send + Sync> Receiver<T> {
-    /// Receives the next message, blocking until one is published or every
-    /// sender is gone.
-    ///
-    /// `Err(Lagged(n))` reports `n` lost messages; the next call continues
-    /// from the oldest message still held. `Err(Closed)` means every sender
-    /// is gone and everything was received.
-    pub fn recv(&mut self) -> Result<T, RecvError> {
-        loop {
-            match self.try_recv() {
-                Ok(v) => return Ok(v),
-                Err(TryRecvError::Lagged(n)) => return Err(RecvError::Lagged(n)),
-                Err(TryRecvError::Closed) => return Err(RecvError::Closed),
-                Err(TryRecvError::Empty) => {
-                    if !self.spin_for_news() {
-                        self.inner.park(self.next, None);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Receives the next message if one is available now.
-    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
-        let mut active = self.begin()?;
-        match active.advance() {
-            Next::Ready => Ok(active.take_clone()),
-            Next::Empty => Err(TryRecvError::Empty),
-            Next::Closed => Err(TryRecvError::Closed),
-        }
-    }
-
-    /// Receives the next message asynchronously: the future resolves as
-    /// [`recv`](Self::recv) returns, on any executor. While nothing is
-    /// published the task sleeps with its waker registered in the ring,
-    /// and the next publish (or the last sender leaving) wakes it. Dropping
-    /// the future takes the waker back out.
-    ///
-    /// The future borrows the receiver, so a message it has not yet
-    /// returned is never lost: a receive given up (the future dropped, say
-    /// by a `select!` that took another branch) leaves it for the next one.
-    ///
-    /// Polled by hand, with a waker that counts its wake-ups:
-    ///
-    /// ```
-    /// use expiremap::broadcast::Sender;
-    /// use std::future::Future;
-    /// use std::pin::pin;
-    /// use std::sync::Arc;
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::task::{Context, Poll, Wake, Waker};
-    ///
-    /// struct CountWakes(AtomicUsize);
-    /// impl Wake for CountWakes {
-    ///     fn wake(self: Arc<Self>) {
-    ///         self.0.fetch_add(1, Ordering::SeqCst);
-    ///     }
-    /// }
-    ///
-    /// let tx = Sender::new(4, 1).unwrap();
-    /// let mut rx = tx.subscribe().unwrap();
-    /// let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
-    /// let waker = Waker::from(Arc::clone(&wakes));
-    /// let mut cx = Context::from_waker(&waker);
-    ///
-    /// let mut recv = pin!(rx.recv_async());
-    /// assert!(recv.as_mut().poll(&mut cx).is_pending()); // asleep, waker registered
-    /// tx.send(7);
-    /// assert_eq!(wakes.0.load(Ordering::SeqCst), 1); // the publish woke it
-    /// assert_eq!(recv.as_mut().poll(&mut cx), Poll::Ready(Ok(7)));
-    /// ```
-    pub fn recv_async(&mut self) -> Recv<'_, T> {
-        Recv { rx: self }
-    }
-
-    /// The poll behind [`recv_async`](Self::recv_async) and the `Stream`
-    /// impl: `Ready` as [`recv`](Self::recv) returns, or `Pending` with
-    /// `cx`'s waker registered in the ring (replacing one an earlier poll
-    /// left), to be woken by the next publish or the last sender leaving.
-    /// The waker stays registered until a later poll returns `Ready`, the
-    /// waker is woken, or the receiver is dropped.
-    ///
-    /// ```
-    /// use expiremap::broadcast::{RecvError, Sender};
-    /// use std::task::{Context, Poll, Waker};
-    ///
-    /// let tx = Sender::new(4, 1).unwrap();
-    /// let mut rx = tx.subscribe().unwrap();
-    /// let mut cx = Context::from_waker(Waker::noop());
-    /// assert_eq!(rx.poll_recv(&mut cx), Poll::Pending);
-    /// tx.send("a");
-    /// assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Ok("a")));
-    /// drop(tx);
-    /// assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Err(RecvError::Closed)));
-    /// ```
-    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
-        loop {
-            let r = match self.try_recv() {
-                Ok(v) => Ok(v),
-                Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
-                Err(TryRecvError::Closed) => Err(RecvError::Closed),
-                Err(TryRecvError::Empty) => {
-                    // `register` returns `false` with the waker taken back
-                    // out: something was published or the area closed since
-                    // `try_recv` looked.
-                    self.registered = self.inner.register(self.slot, self.next, cx.waker());
-                    if self.registered {
-                        return Poll::Pending;
-                    }
-                    continue;
-                }
-            };
-            self.unregister();
-            return Poll::Ready(r);
-        }
-    }
-
-    /// Like [`recv`](Self::recv), but gives up with `Err(Timeout)` after
-    /// `timeout`.
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        let clock = SystemClock::new();
-        let limit = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
-        loop {
-            match self.try_recv() {
-                Ok(v) => return Ok(v),
-                Err(TryRecvError::Lagged(n)) => return Err(RecvTimeoutError::Lagged(n)),
-                Err(TryRecvError::Closed) => return Err(RecvTimeoutError::Closed),
-                Err(TryRecvError::Empty) => {}
-            }
-            let elapsed = clock.now();
-            if elapsed >= limit {
-                return Err(RecvTimeoutError::Timeout);
-            }
-            if self.spin_for_news() {
-                continue;
-            }
-            let left = Duration::from_nanos(limit - elapsed);
-            if self.inner.park(self.next, Some(left)) {
-                // One last look: a message may have landed with the timeout.
-                return self.try_recv().map_err(|e| match e {
-                    TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    TryRecvError::Lagged(n) => RecvTimeoutError::Lagged(n),
-                    TryRecvError::Closed => RecvTimeoutError::Closed,
-                });
-            }
-        }
-    }
-
-    /// Appends up to `max` available messages to `out`, activating once for
-    /// the whole batch. Returns how many were appended (at least 1), or the
-    /// same errors as [`try_recv`](Self::try_recv) when none were; `max == 0`
-    /// returns `Ok(0)`.
-    pub fn try_recv_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<usize, TryRecvError> {
-        if max == 0 {
-            return Ok(0);
-        }
-        let mut active = self.begin()?;
-        let mut n = 0;
-        while n < max {
-            match active.advance() {
-                Next::Ready => {
-                    out.push(active.take_clone());
-                    n += 1;
-                    active.release_before_pos();
-                }
-                Next::Empty if n > 0 => break,
-                Next::Closed if n > 0 => break,
-                Next::Empty => return Err(TryRecvError::Empty),
-                Next::Closed => return Err(TryRecvError::Closed),
-            }
-        }
-        Ok(n)
-    }
-}
-
-impl<T> Drop for Receiver<T> {
-    fn drop(&mut self) {
-        self.unregister();
-        self.inner.leave(self.slot);
-    }
-}
-
-/// `Stream` of the messages, ending after every sender is gone and
-/// everything was received. A lag is an item, `Err(Lagged(n))`, after which
-/// the stream continues from the oldest message still held.
-///
-/// ```
-/// use expiremap::broadcast::{Lagged, Sender};
-/// use futures_core::Stream;
-/// use std::pin::Pin;
-/// use std::task::{Context, Poll, Waker};
-///
-/// let tx = Sender::new(2, 1).unwrap();
-/// let mut rx = tx.subscribe().unwrap();
-/// for i in 0..3 {
-///     tx.send(i);
-/// }
-/// drop(tx);
-/// let mut cx = Context::from_waker(Waker::noop());
-/// let mut next = || Pin::new(&mut rx).poll_next(&mut cx);
-/// assert_eq!(next(), Poll::Ready(Some(Err(Lagged(1)))));
-/// assert_eq!(next(), Poll::Ready(Some(Ok(1))));
-/// assert_eq!(next(), Poll::Ready(Some(Ok(2))));
-/// assert_eq!(next(), Poll::Ready(None)); // closed and drained
-/// ```
-#[cfg(feature = "stream")]
-#[cfg_attr(docsrs, doc(cfg(feature = "stream")))]
-impl<T: Clone + Send + Sync> futures_core::Stream for Receiver<T> {
-    type Item = Result<T, Lagged>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().poll_recv(cx).map(|r| match r {
-            Ok(v) => Some(Ok(v)),
-            Err(RecvError::Lagged(n)) => Some(Err(Lagged(n))),
-            Err(RecvError::Closed) => None,
-        })
-    }
-}
-
-/// The future of [`Receiver::recv_async`]: resolves to the next message,
-/// `Err(Lagged(n))` or `Err(Closed)`, as [`Receiver::recv`] returns.
-/// Dropping it before it resolves takes its waker out of the ring and
-/// loses no message.
-#[must_use = "futures do nothing unless polled"]
-pub struct Recv<'a, T> {
-    rx: &'a mut Receiver<T>,
-}
-
-impl<T: Clone + Send + Sync> Future for Recv<'_, T> {
-    type Output = Result<T, RecvError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut().rx.poll_recv(cx)
-    }
-}
-
-impl<T> Drop for Recv<'_, T> {
-    fn drop(&mut self) {
-        self.rx.unregister();
-    }
-}
-
-impl<T> fmt::Debug for Recv<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Recv").field("rx", &*self.rx).finish()
-    }
-}
-
-impl<T> fmt::Debug for Receiver<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Receiver")
-            .field("slot", &self.slot)
-            .field("next", &self.next)
-            .field("area", &*self.inner)
-            .finish()
-    }
-}
-
-/// A message borrowed in place by [`Receiver::try_recv_ref`]. The receiver
-/// is active (it holds the message) until the guard is dropped.
-pub struct RecvRef<'a, T> {
-    active: Active<'a, T>,
-    seq: u64,
-}
-
-impl<T> Deref for RecvRef<'_, T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        let inner = &self.active.rx.inner;
-        // SAFETY: `seq < active.limit` (published, edge P) and the stored
-        // claim is `<= seq` until `active` is dropped, which cannot happen
-        // while `&self` is borrowed; the slot was `Some` when the guard was
-        // made and nobody writes it while the claim holds (edge F).
-        let value = inner.slot(self.seq).with(|p| unsafe { (*p).as_ref() });
-        value.expect("a RecvRef points at a message")
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for RecvRef<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RecvRef").field(&**self).finish()
     }
 }

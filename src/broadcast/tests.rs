@@ -1,9 +1,12 @@
 //! Unit tests of the broadcast area. Every test asserts exact outcomes; none
 //! depends on wall-clock timing to pass.
 
+use super::ring::SUSPENDED;
 use super::*;
+use crate::sync::Ordering;
 use crate::sync::{AtomicUsize, thread};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
 
 /// Scales iteration counts down under Miri.
 fn n(full: u64, miri: u64) -> u64 {
@@ -298,12 +301,14 @@ fn drop_counts_balance() {
         assert_eq!(b.try_recv().unwrap_err(), TryRecvError::Lagged(total - 4));
         let got: Vec<u64> = (0..4).map(|_| b.try_recv().unwrap().id).collect();
         assert_eq!(got, (total - 4..total).collect::<Vec<_>>());
-        assert_eq!(live.load(Ordering::SeqCst), 4, "clones were dropped");
+        assert_eq!(live.load(Ordering::SeqCst), 4, "a has not passed them");
+        // `a` lagged or not, depending on `n`: drain it with batches.
         let mut batch = Vec::new();
-        let _ = a.try_recv_batch(&mut batch, 10);
+        while !matches!(a.try_recv_batch(&mut batch, 10), Err(TryRecvError::Empty)) {}
+        assert_eq!(batch.len(), 4);
         drop(batch);
+        assert_eq!(live.load(Ordering::SeqCst), 0, "both passed every one");
         drop(tx);
-        assert_eq!(live.load(Ordering::SeqCst), 4, "receivers keep the ring");
     }
     assert_eq!(live.load(Ordering::SeqCst), 0, "every message dropped once");
 }
@@ -684,8 +689,11 @@ impl Drop for Bomb {
 
 #[test]
 fn a_panicking_drop_mid_batch_still_delivers_the_owed_wakeup() {
-    let tx = Sender::new(1, 1).unwrap();
+    let tx = Sender::new(1, 2).unwrap();
     let mut rx = tx.subscribe().unwrap();
+    // A receiver that never reads keeps the bomb in the ring after `rx`
+    // took it, so the writer that reuses the slot is the one to drop it.
+    let _idle = tx.subscribe().unwrap();
     tx.send(Bomb(true));
     let reader = std::thread::spawn(move || {
         let first = rx.recv().map(|b| b.0);
@@ -719,4 +727,128 @@ fn a_panicking_drop_mid_batch_still_sends_the_rest() {
     assert_eq!(rx.try_recv().map(|b| b.0), Ok(false));
     assert_eq!(rx.try_recv().map(|b| b.0), Ok(false));
     assert_eq!(rx.try_recv().map(|b| b.0), Err(TryRecvError::Empty));
+}
+
+// ----- reclaim: a message leaves the ring once every receiver passed it ---
+
+/// Copies alive of messages counted by `live`, less `outside` held by the
+/// test: what the ring itself still holds.
+fn in_ring(live: &Arc<AtomicUsize>, outside: usize) -> usize {
+    live.load(Ordering::SeqCst) - outside
+}
+
+#[test]
+fn the_receive_that_passes_a_message_last_drops_it() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let tx = Sender::new(8, 3).unwrap();
+    let mut a = tx.subscribe().unwrap();
+    let mut b = tx.subscribe().unwrap();
+    tx.send(Counted::new(1, &live));
+    tx.send(Counted::new(2, &live));
+    assert_eq!(in_ring(&live, 0), 2);
+    drop(a.try_recv().unwrap());
+    assert_eq!(in_ring(&live, 0), 2, "b has not taken 1");
+    drop(b.try_recv().unwrap());
+    assert_eq!(in_ring(&live, 0), 1, "both passed 1");
+    // A receiver joining now starts after 2, so it holds nothing back.
+    let _late = tx.subscribe().unwrap();
+    let two = b.try_recv().unwrap();
+    assert_eq!(in_ring(&live, 1), 1, "a has not taken 2");
+    drop(a.try_recv().unwrap());
+    assert_eq!(in_ring(&live, 1), 0, "both passed 2");
+    drop(two);
+}
+
+#[test]
+fn a_batch_a_borrow_and_a_lag_each_release_what_they_passed() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let tx = Sender::new(4, 2).unwrap();
+    let mut rx = tx.subscribe().unwrap();
+    for id in 0..3 {
+        tx.send(Counted::new(id, &live));
+    }
+    let mut out = Vec::new();
+    assert_eq!(rx.try_recv_batch(&mut out, 2), Ok(2));
+    assert_eq!(in_ring(&live, 2), 1, "the batch released 0 and 1");
+    drop(out);
+    {
+        let r = rx.try_recv_ref().unwrap();
+        assert_eq!(r.id, 2);
+        assert_eq!(in_ring(&live, 0), 1, "held while borrowed");
+    }
+    assert_eq!(in_ring(&live, 0), 0, "released with the guard");
+    // A second receiver that never reads keeps messages, and a lag moves
+    // `rx` past messages the writer freed: 5..=8 stay for `idle` until the
+    // ring wraps on them.
+    let idle = tx.subscribe().unwrap();
+    for id in 3..9 {
+        tx.send(Counted::new(id, &live));
+    }
+    assert_eq!(in_ring(&live, 0), 4, "the writer cleared what it reused");
+    assert_eq!(rx.try_recv_batch(&mut Vec::new(), 0), Ok(0));
+    let got: Vec<u64> = drain(&mut rx)
+        .into_iter()
+        .map(|r| r.map(|m| m.id).unwrap_or(99))
+        .collect();
+    assert_eq!(got, [99, 5, 6, 7, 8], "Lagged (as 99), then 5..=8");
+    assert_eq!(
+        in_ring(&live, 0),
+        4,
+        "kept for the receiver that never reads"
+    );
+    drop(idle);
+    assert_eq!(in_ring(&live, 0), 0, "released when it left");
+}
+
+#[test]
+fn a_panicking_drop_in_a_receive_waits_for_the_receivers_drop() {
+    let tx = Sender::new(4, 1).unwrap();
+    let mut rx = tx.subscribe().unwrap();
+    tx.send(Bomb(true));
+    tx.send(Bomb(true));
+    // Each receive drops the original it passed; the panic does not cost
+    // the receive its message.
+    assert!(!rx.try_recv().unwrap().0);
+    assert!(!rx.recv().unwrap().0);
+    assert_eq!(rx.try_recv().map(|b| b.0), Err(TryRecvError::Empty));
+    tx.send(Bomb(false));
+    assert!(!rx.try_recv().unwrap().0, "the ring goes on");
+    let r = catch_unwind(AssertUnwindSafe(move || drop(rx)));
+    assert!(
+        r.is_err(),
+        "the first panic is resumed by the receiver's drop"
+    );
+    // The sender sees nothing of it.
+    tx.send(Bomb(false));
+}
+
+/// A message whose original sends one more message on its own area when
+/// dropped (as a value pruning a tree from its `Drop` does).
+struct Cascade(Option<Sender<Cascade>>);
+
+impl Clone for Cascade {
+    fn clone(&self) -> Self {
+        Cascade(None)
+    }
+}
+
+impl Drop for Cascade {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            tx.send(Cascade(None));
+        }
+    }
+}
+
+#[test]
+fn a_drop_run_by_a_receive_may_send_on_the_same_area() {
+    for capacity in [1, 2] {
+        let tx = Sender::new(capacity, 1).unwrap();
+        let mut rx = tx.subscribe().unwrap();
+        tx.send(Cascade(Some(tx.clone())));
+        assert!(rx.try_recv().is_ok());
+        // Its original was dropped by that receive, and sent this one.
+        assert!(rx.try_recv().is_ok(), "capacity {capacity}");
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    }
 }

@@ -8,6 +8,7 @@ use crate::sync::thread;
 use std::pin::pin;
 use std::sync::Arc as StdArc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::task::{Context, Poll};
 use std::task::{Wake, Waker};
 
 /// A waker that counts how often it was woken.
@@ -298,4 +299,19 @@ fn the_stream_surfaces_lag_and_ends_on_close() {
     assert_eq!(wakes(&count), 2);
     assert_eq!(next(), Poll::Ready(None));
     assert_eq!(next(), Poll::Ready(None), "stays ended");
+}
+
+/// An async receive, like a blocking one, drops the message it was the
+/// last to pass.
+#[test]
+fn an_async_receive_releases_the_message_it_passed_last() {
+    let tx = Sender::new(4, 1).unwrap();
+    let mut rx = tx.subscribe().unwrap();
+    let value = StdArc::new(7u32);
+    tx.send(StdArc::clone(&value));
+    assert_eq!(StdArc::strong_count(&value), 2);
+    let got = block_on(rx.recv_async()).unwrap();
+    assert_eq!(StdArc::strong_count(&value), 2, "the receiver's copy only");
+    drop(got);
+    assert_eq!(StdArc::strong_count(&value), 1);
 }
