@@ -280,6 +280,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod error;
 mod sync;
 mod unwind;
 

@@ -1,33 +1,7 @@
-//! Error types of the broadcast area.
+//! Error types of the broadcast area's receivers and subscriptions. A
+//! bad setting given to `Sender::new` is the crate's [`BuildError`](crate::BuildError).
 
 use std::fmt;
-
-/// An invalid setting given to [`Sender::new`](super::Sender::new).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// `capacity` must be a power of two and at least 1.
-    CapacityNotPowerOfTwo {
-        /// The capacity that was asked for.
-        capacity: usize,
-    },
-    /// `max_readers` must be at least 1.
-    ZeroMaxReaders,
-}
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::CapacityNotPowerOfTwo { capacity } => write!(
-                f,
-                "broadcast capacity must be a power of two >= 1, got {capacity}"
-            ),
-            Self::ZeroMaxReaders => f.write_str("broadcast max_readers must be >= 1, got 0"),
-        }
-    }
-}
-
-impl std::error::Error for BuildError {}
 
 /// Why [`Sender::subscribe`](super::Sender::subscribe) failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -313,9 +313,10 @@ mod tests;
 #[cfg(all(test, not(expiremap_loom)))]
 mod tests_async;
 
+use crate::BuildError;
 #[cfg(feature = "stream")]
 pub use error::Lagged;
-pub use error::{BuildError, RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
+pub use error::{RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
 pub use receiver::{Receiver, Recv, RecvRef};
 
 use crate::sync::Arc;
@@ -339,13 +340,14 @@ impl<T: Send + Sync> Sender<T> {
     /// least 1; otherwise the error names the bad setting.
     ///
     /// ```
-    /// use expiremap::broadcast::{BuildError, Sender};
+    /// use expiremap::BuildError;
+    /// use expiremap::broadcast::Sender;
     /// assert!(Sender::<u32>::new(1024, 16).is_ok());
     /// assert_eq!(
     ///     Sender::<u32>::new(1000, 16).unwrap_err(),
-    ///     BuildError::CapacityNotPowerOfTwo { capacity: 1000 }
+    ///     BuildError::EventCapacity(1000)
     /// );
-    /// assert_eq!(Sender::<u32>::new(8, 0).unwrap_err(), BuildError::ZeroMaxReaders);
+    /// assert_eq!(Sender::<u32>::new(8, 0).unwrap_err(), BuildError::MaxSubscribers(0));
     /// ```
     pub fn new(capacity: usize, max_readers: usize) -> Result<Self, BuildError> {
         Self::with_origin(capacity, max_readers, 0)
@@ -354,10 +356,10 @@ impl<T: Send + Sync> Sender<T> {
     /// Like [`Sender::new`], with generation `origin` for the first message.
     fn with_origin(capacity: usize, max_readers: usize, origin: u64) -> Result<Self, BuildError> {
         if !capacity.is_power_of_two() {
-            return Err(BuildError::CapacityNotPowerOfTwo { capacity });
+            return Err(BuildError::EventCapacity(capacity));
         }
         if max_readers == 0 {
-            return Err(BuildError::ZeroMaxReaders);
+            return Err(BuildError::MaxSubscribers(0));
         }
         Ok(Self {
             inner: Arc::new(Inner::new(capacity, max_readers, origin)),

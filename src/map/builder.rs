@@ -1,7 +1,8 @@
-//! [`Builder`] and [`BuildError`].
+//! [`Builder`] and its validated [`Config`].
 
 use super::{ExpireMap, Time};
 use crate::clock::{Clock, SystemClock};
+pub use crate::error::BuildError;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
@@ -30,86 +31,6 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(3600);
 pub const MAX_EVENT_CAPACITY: usize = 1 << 24;
 /// Most subscribers a map may allow.
 pub const MAX_SUBSCRIBERS: usize = 1 << 12;
-
-/// A setting rejected by [`Builder::try_build`]. The message names the
-/// setting, the value given and what is allowed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// `shards` must be a power of two in `1..=MAX_SHARDS`.
-    Shards(usize),
-    /// `eviction_interval` must lie in `MIN_EVICTION_INTERVAL..=MAX_PERIOD`.
-    EvictionInterval(Duration),
-    /// `precision` must lie in `MIN_PRECISION..=MAX_PERIOD`.
-    Precision(Duration),
-    /// `event_capacity` must be a power of two in `1..=MAX_EVENT_CAPACITY`.
-    EventCapacity(usize),
-    /// `max_subscribers` must lie in `1..=MAX_SUBSCRIBERS`.
-    MaxSubscribers(usize),
-    /// `max_entries` must be at least 1.
-    MaxEntries(u64),
-    /// `max_weight` must be at least 1.
-    MaxWeight(u64),
-    /// A `weigher` was given without `max_weight`.
-    WeigherWithoutMaxWeight,
-    /// `max_entries` and `max_weight` were both given.
-    TwoBounds,
-    /// `time_to_idle` must be above zero.
-    TimeToIdle(Duration),
-    /// `time_to_live` must be above zero.
-    TimeToLive(Duration),
-    /// The eviction thread could not be spawned.
-    Spawn(String),
-}
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Shards(n) => write!(
-                f,
-                "invalid shards: {n} (must be a power of two from 1 to {MAX_SHARDS})"
-            ),
-            Self::EvictionInterval(d) => write!(
-                f,
-                "invalid eviction_interval: {d:?} (must be from {MIN_EVICTION_INTERVAL:?} to {MAX_PERIOD:?})"
-            ),
-            Self::Precision(d) => write!(
-                f,
-                "invalid precision: {d:?} (must be from {MIN_PRECISION:?} to {MAX_PERIOD:?})"
-            ),
-            Self::EventCapacity(n) => write!(
-                f,
-                "invalid event_capacity: {n} (must be a power of two from 1 to {MAX_EVENT_CAPACITY})"
-            ),
-            Self::MaxSubscribers(n) => write!(
-                f,
-                "invalid max_subscribers: {n} (must be from 1 to {MAX_SUBSCRIBERS})"
-            ),
-            Self::MaxEntries(n) => write!(f, "invalid max_entries: {n} (must be at least 1)"),
-            Self::MaxWeight(n) => write!(f, "invalid max_weight: {n} (must be at least 1)"),
-            Self::WeigherWithoutMaxWeight => {
-                write!(
-                    f,
-                    "invalid weigher: set without max_weight, which it weighs against"
-                )
-            }
-            Self::TwoBounds => write!(
-                f,
-                "invalid max_entries with max_weight: choose one (without a weigher every \
-                 entry weighs 1, so max_weight alone counts entries)"
-            ),
-            Self::TimeToIdle(d) => {
-                write!(f, "invalid time_to_idle: {d:?} (must be above zero)")
-            }
-            Self::TimeToLive(d) => {
-                write!(f, "invalid time_to_live: {d:?} (must be above zero)")
-            }
-            Self::Spawn(e) => write!(f, "could not spawn the eviction thread: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BuildError {}
 
 /// Validated settings, shared by the map and its eviction thread.
 #[derive(Clone, Debug)]
