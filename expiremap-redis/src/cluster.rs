@@ -47,6 +47,7 @@ use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{Parser, Value};
 use std::fmt;
 use std::io;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
@@ -551,15 +552,9 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
             let r = send(&link, asking)
                 .and_then(Receiver::wait)
                 .map_err(|e| self.at(e, &link));
-            match (self, r) {
-                (Links::Cluster(c), Err(e)) => match Redirect::parse(&e) {
-                    Some(red) => {
-                        link = c.follow(&red)?;
-                        asking = red.ask;
-                    }
-                    None => return Err(e),
-                },
-                (_, r) => return r,
+            match self.redirected(r) {
+                ControlFlow::Continue(next) => (link, asking) = next,
+                ControlFlow::Break(done) => return done,
             }
         }
         Err(too_many())
@@ -580,18 +575,29 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
                 Err(e) => Err(e),
             }
             .map_err(|e| self.at(e, &link));
-            match (self, r) {
-                (Links::Cluster(c), Err(e)) => match Redirect::parse(&e) {
-                    Some(red) => {
-                        link = c.follow(&red)?;
-                        asking = red.ask;
-                    }
-                    None => return Err(e),
-                },
-                (_, r) => return r,
+            match self.redirected(r) {
+                ControlFlow::Continue(next) => (link, asking) = next,
+                ControlFlow::Break(done) => return done,
             }
         }
         Err(too_many())
+    }
+
+    /// What one try's result leads to: `Break` ends the call with that
+    /// result (a reply, or an error that is no redirect); `Continue` is a
+    /// cluster's redirect: the link to try next and whether to send ASKING
+    /// first.
+    fn redirected<T>(&self, r: Result<T, Error>) -> ControlFlow<Result<T, Error>, Retry<K, V>> {
+        match (self, r) {
+            (Links::Cluster(c), Err(e)) => match Redirect::parse(&e) {
+                Some(red) => match c.follow(&red) {
+                    Ok(link) => ControlFlow::Continue((link, red.ask)),
+                    Err(e) => ControlFlow::Break(Err(e)),
+                },
+                None => ControlFlow::Break(Err(e)),
+            },
+            (_, r) => ControlFlow::Break(r),
+        }
     }
 
     /// A cluster's connection error, with the node it is about.
@@ -691,6 +697,9 @@ impl std::error::Error for AtNode {
         Some(&*self.cause)
     }
 }
+
+/// The link a redirected call tries next, and whether to send ASKING first.
+type Retry<K, V> = (Arc<Shared<K, V>>, bool);
 
 fn too_many() -> Error {
     Error::Protocol(format!(
