@@ -281,6 +281,7 @@ fn block_on_another_thread_receives_everything() {
 #[test]
 fn the_stream_surfaces_lag_and_ends_on_close() {
     use futures_core::Stream;
+    use std::pin::Pin;
     let tx = Sender::new(2, 1).unwrap();
     let mut rx = tx.subscribe().unwrap();
     let (count, waker) = counting();
