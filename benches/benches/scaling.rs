@@ -14,7 +14,11 @@
 //! * `mix`: 90 % reads, 10 % overwrites, keys drawn uniformly;
 //! * `churn`: puts of ever-new keys with a 50 ms TTL beside the long-lived
 //!   entries; the entries held at the end show whether memory stays
-//!   bounded by the TTL.
+//!   bounded by the TTL;
+//! * `bounded`: a full cache of 10^6 entries (`max_entries`, moka's
+//!   `max_capacity`, quick_cache's capacity; dashmap has no bound and sits
+//!   it out) read cache-aside over 2 × 10^6 keys drawn uniformly: a get,
+//!   and on a miss a put, which pushes an entry out (or is refused).
 //!
 //! Peers, with the deadline check a user writes: moka (`sync::Cache` with
 //! `time_to_live(1 h)`, 50 ms for churn), quick_cache and dashmap holding
@@ -41,6 +45,10 @@ trait Subject: Send + Sync + 'static {
     const NAME: &'static str;
     /// A map for `ttl` (moka's TTL is per map).
     fn build(ttl: Duration) -> Self;
+    /// A map bounded to `cap` entries, if the library has a bound.
+    fn bounded(cap: u64) -> Option<Self>
+    where
+        Self: Sized;
     fn get(&self, k: u64) -> bool;
     fn put(&self, k: u64, v: u64, ttl: Duration);
     /// Entries held (expired ones a peer never removes included).
@@ -53,6 +61,9 @@ impl Subject for Em {
     const NAME: &'static str = "expiremap";
     fn build(_: Duration) -> Self {
         Em(ExpireMap::new())
+    }
+    fn bounded(cap: u64) -> Option<Self> {
+        Some(Em(ExpireMap::builder().max_entries(cap).build()))
     }
     #[inline]
     fn get(&self, k: u64) -> bool {
@@ -78,6 +89,14 @@ impl Subject for Moka {
                 .build_with_hasher(ahash::RandomState::new()),
         )
     }
+    fn bounded(cap: u64) -> Option<Self> {
+        Some(Moka(
+            moka::sync::Cache::builder()
+                .max_capacity(cap)
+                .time_to_live(LONG)
+                .build_with_hasher(ahash::RandomState::new()),
+        ))
+    }
     #[inline]
     fn get(&self, k: u64) -> bool {
         self.0.get(&k).is_some()
@@ -98,6 +117,9 @@ impl Subject for Quick {
     const NAME: &'static str = "quick_cache";
     fn build(_: Duration) -> Self {
         Quick(quick_cache::sync::Cache::new(2 * N as usize))
+    }
+    fn bounded(cap: u64) -> Option<Self> {
+        Some(Quick(quick_cache::sync::Cache::new(cap as usize)))
     }
     #[inline]
     fn get(&self, k: u64) -> bool {
@@ -120,6 +142,9 @@ impl Subject for Dash {
     const NAME: &'static str = "dashmap";
     fn build(_: Duration) -> Self {
         Dash(dashmap::DashMap::with_hasher(ahash::RandomState::new()))
+    }
+    fn bounded(_: u64) -> Option<Self> {
+        None
     }
     #[inline]
     fn get(&self, k: u64) -> bool {
@@ -176,6 +201,7 @@ enum Work {
     Zipf,
     Mix,
     Churn,
+    Bounded,
 }
 
 impl Work {
@@ -185,6 +211,7 @@ impl Work {
             Work::Zipf => "zipf",
             Work::Mix => "mix",
             Work::Churn => "churn",
+            Work::Bounded => "bounded",
         }
     }
 }
@@ -230,6 +257,14 @@ fn cell<S: Subject>(
                                 map.put(mix64(fresh), fresh, CHURN_TTL);
                                 fresh += 1;
                             }
+                            Work::Bounded => {
+                                // Half the draws name a key outside the
+                                // filled set: 2 × 10^6 keys in all.
+                                let k = k ^ ((i as u64 & 1) << 63);
+                                if !map.get(k) {
+                                    map.put(k, i as u64, LONG);
+                                }
+                            }
                         }
                     }
                     n += 256;
@@ -253,7 +288,14 @@ fn cell<S: Subject>(
 fn run<S: Subject>(works: &[Work], counts: &[usize], secs: f64, keys: &[Vec<Arc<Vec<u64>>>; 2]) {
     for &work in works {
         let ttl = if work == Work::Churn { CHURN_TTL } else { LONG };
-        let map = Arc::new(S::build(ttl));
+        let map = if work == Work::Bounded {
+            match S::bounded(N) {
+                Some(m) => Arc::new(m),
+                None => continue,
+            }
+        } else {
+            Arc::new(S::build(ttl))
+        };
         for i in 0..N {
             map.put(mix64(i), i, LONG);
         }
@@ -263,7 +305,7 @@ fn run<S: Subject>(works: &[Work], counts: &[usize], secs: f64, keys: &[Vec<Arc<
             let mops = cell(&map, work, threads, secs, draws);
             row += &format!(" {mops:.2} |");
         }
-        if work == Work::Churn {
+        if matches!(work, Work::Churn | Work::Bounded) {
             row += &format!(" {:.2} M held |", map.held() as f64 / 1e6);
         }
         println!("{row}");
@@ -283,7 +325,7 @@ fn main() {
     let wanted = |sel: &Option<String>, name: &str| {
         sel.as_ref().is_none_or(|s| s.split(',').any(|x| x == name))
     };
-    let works: Vec<Work> = [Work::Get, Work::Zipf, Work::Mix, Work::Churn]
+    let works: Vec<Work> = [Work::Get, Work::Zipf, Work::Mix, Work::Churn, Work::Bounded]
         .into_iter()
         .filter(|w| wanted(&only, w.name()))
         .collect();
