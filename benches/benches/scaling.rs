@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench --bench scaling
 //! SCALING_SECS=2 SCALING_ONLY=churn SCALING_LIBS=expiremap,dashmap cargo bench --bench scaling
+//! SCALING_THREADS=1,16 cargo bench --bench scaling   # only these thread counts
 //! ```
 //!
 //! Workloads, over 10^6 `u64 -> u64` entries live for an hour:
@@ -345,6 +346,16 @@ fn main() {
     }
     if counts[counts.len() - 1] != cores {
         counts.push(cores);
+    }
+    if let Some(only) = var("SCALING_THREADS") {
+        let pick: Vec<usize> = only.split(',').filter_map(|t| t.parse().ok()).collect();
+        counts.retain(|t| pick.contains(t));
+        if counts.is_empty() {
+            counts = pick.into_iter().filter(|&t| t > 0).collect();
+        }
+        counts.sort_unstable();
+        counts.dedup();
+        assert!(!counts.is_empty(), "SCALING_THREADS names no thread count");
     }
     println!("scaling: {cores} cores, {cpu}; {secs} s per cell; total Mops/s");
     let draws = Draws::new();

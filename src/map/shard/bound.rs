@@ -88,10 +88,13 @@ impl<K, V> Shard<K, V> {
             Probe::Vacant(mut at) => {
                 if let Some(b) = &mut self.entries.bound {
                     // A put of an absent key counts as an access to it
-                    // (an overwrite counts through the entry's access count).
+                    // (an overwrite counts through the entry's access count),
+                    // after its estimate is read for admission: a victim's
+                    // latest access is not counted yet either (see `policy`).
+                    let reserved = b.try_reserve(weight);
+                    let candidate = if reserved { 0 } else { b.sketch.frequency(h32) };
                     b.sketch.increment(h32);
-                    if !b.try_reserve(weight) {
-                        let candidate = b.sketch.frequency(h32);
+                    if !reserved {
                         let room = if weight > b.cap {
                             Room::Refused
                         } else {
