@@ -6,6 +6,7 @@
 //! cargo bench --bench scaling
 //! SCALING_SECS=2 SCALING_ONLY=churn SCALING_LIBS=expiremap,dashmap cargo bench --bench scaling
 //! SCALING_THREADS=1,16 cargo bench --bench scaling   # only these thread counts
+//! SCALING_SHARDS=64 cargo bench --bench scaling      # ExpireMap with 64 shards
 //! ```
 //!
 //! Workloads, over 10^6 `u64 -> u64` entries live for an hour:
@@ -58,13 +59,25 @@ trait Subject: Send + Sync + 'static {
 
 struct Em(ExpireMap<u64, u64>);
 
+/// `SCALING_SHARDS=n`: `ExpireMap` with `n` shards instead of the default
+/// (four per core, rounded up to a power of two).
+fn em_shards(b: expiremap::Builder<u64, u64>) -> expiremap::Builder<u64, u64> {
+    match std::env::var("SCALING_SHARDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(n) => b.shards(n),
+        None => b,
+    }
+}
+
 impl Subject for Em {
     const NAME: &'static str = "expiremap";
     fn build(_: Duration) -> Self {
-        Em(ExpireMap::new())
+        Em(em_shards(ExpireMap::builder()).build())
     }
     fn bounded(cap: u64) -> Option<Self> {
-        Some(Em(ExpireMap::builder().max_entries(cap).build()))
+        Some(Em(em_shards(ExpireMap::builder().max_entries(cap)).build()))
     }
     #[inline]
     fn get(&self, k: u64) -> bool {

@@ -353,6 +353,59 @@ fn the_map_wide_bound_takes_room_from_another_shard() {
     });
 }
 
+/// A full map's puts in two shards at once, each making room in its own
+/// shard, where the weight freed is not the weight needed. `max_weight(4)`
+/// holds `a` (weight 3, shard 0) and `c` (1, shard 1), both expired. The
+/// put of `b` (1, shard 0) frees 3, passes 1 to `b` under its shard's lock
+/// and gives 2 back to the budget; the put of `d` (3, shard 1) frees 1 and
+/// needs 2 more from the budget, or from shard 0 if it comes first.
+/// However they interleave, both are stored, and no weight is lost: once
+/// they are removed, the whole bound fits again.
+#[test]
+fn puts_in_two_full_shards_each_keep_the_room_they_make() {
+    use std::hash::BuildHasher;
+    let shard = |k: u32| (Fixed::default().hash_one(k) >> 40) & 1;
+    let of = |s: u64| (10..).filter(move |&k| shard(k) == s);
+    let (mut zero, mut one) = (of(0), of(1));
+    let (a, b, e) = (
+        zero.next().unwrap(),
+        zero.next().unwrap(),
+        zero.next().unwrap(),
+    );
+    let (c, d) = (one.next().unwrap(), one.next().unwrap());
+    model(move || {
+        let clock = ManualClock::new();
+        let map = Arc::new(
+            ExpireMap::<u32, u32>::builder()
+                .hasher(Fixed::default())
+                .clock(clock.clone())
+                .shards(2)
+                .max_weight(4)
+                .weigher(move |&k, _| if k == a || k == d || k == e { 3 } else { 1 })
+                .background_eviction(false)
+                .build(),
+        );
+        map.put(a, a, MS);
+        map.put(c, c, MS);
+        assert_eq!(map.weighted_size(), 4);
+        clock.advance(2 * MS);
+        let put = |k: u32| {
+            let map = map.clone();
+            thread::spawn(move || assert_eq!(map.put(k, k, Duration::from_secs(3600)), None))
+        };
+        let (t1, t2) = (put(b), put(d));
+        t1.join().unwrap();
+        t2.join().unwrap();
+        assert_eq!((map.get(&b), map.get(&d)), (Some(b), Some(d)));
+        assert_eq!(map.weighted_size(), 4);
+        map.remove(&b);
+        map.remove(&d);
+        map.put(e, e, Duration::from_secs(3600));
+        map.put(c, c, Duration::from_secs(3600));
+        assert_eq!((map.get(&e), map.get(&c)), (Some(e), Some(c)));
+    });
+}
+
 /// A hasher that is the same in every execution of a model.
 type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 

@@ -161,8 +161,12 @@ struct Inner<K, V, S> {
     /// time (clock ns; `u64::MAX`: none known). A lower bound, lowered by
     /// bounded puts and made exact by `room_elsewhere`, each under the
     /// shard's write lock; read without it, to find expired entries in
-    /// other shards before a full map evicts live ones.
-    due: Box<[CachePadded<AtomicU64>]>,
+    /// other shards before a full map evicts live ones. Not padded: it is
+    /// written rarely (a put lowers it only for an entry evictable earlier
+    /// than any the shard held) and read whole by every put that makes
+    /// room, so eight shards to a cache line make that read 8 lines at 64
+    /// shards instead of 64.
+    due: Box<[AtomicU64]>,
     evicted: AtomicU64,
     /// Values pushed out (or refused) by the bound.
     size_evicted: AtomicU64,
@@ -249,9 +253,7 @@ where
             signal: Arc::new(Signal::new()),
             events: Events::new(),
             due: match &budget {
-                Some(_) => (0..n)
-                    .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
-                    .collect(),
+                Some(_) => (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
                 None => Box::new([]),
             },
             budget,

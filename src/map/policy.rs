@@ -246,6 +246,13 @@ pub(crate) struct Bound {
     /// Candidates counted at least [`WARM`] times refused since the last
     /// halving.
     warm_refused: u64,
+    /// Weight a put in progress in this shard freed and keeps for itself
+    /// (see [`Bound::keep_freed`]): still counted in the budget, held by no
+    /// entry. Zero whenever the shard's lock is not held by such a put.
+    kept: u64,
+    /// Whether removals add to `kept` instead of giving their weight back
+    /// to the budget.
+    keeping: bool,
     /// Entries held (`used` counts weight in a weighted shard).
     entries: u64,
     /// The sketch grows once `entries` passes this.
@@ -273,6 +280,8 @@ impl Bound {
             sketch: Sketch::new(share.min(FIRST_SKETCH)),
             weights: weighted.then(Vec::new),
             warm_refused: 0,
+            kept: 0,
+            keeping: false,
             entries: 0,
             grow_at: Self::grow_at(share.min(FIRST_SKETCH), share, weighted),
         }
@@ -295,9 +304,53 @@ impl Bound {
         }
     }
 
-    /// Whether `w` more fits in the map's budget now.
+    /// Whether `w` more fits in the map's budget now, counting what this
+    /// shard's put in progress freed and kept.
     pub(crate) fn fits(&self, w: u64) -> bool {
-        self.budget.as_ref().is_some_and(|b| b.fits(w))
+        self.kept >= w || self.budget.as_ref().is_some_and(|b| b.fits(w - self.kept))
+    }
+
+    /// From now until [`settle_kept`](Self::settle_kept), the weight of
+    /// entries leaving this shard stays with it (`kept`) instead of going
+    /// back to the map's budget, for the put that is making room here.
+    ///
+    /// A full map's put usually replaces an entry of its own shard: the
+    /// victim's weight passes to the new entry under the shard's lock, and
+    /// the budget's counter, one cache line every shard's puts share, is
+    /// not written at all. Neither the bound nor the count of what is held
+    /// changes meaning: kept weight stays counted in the budget, and it is
+    /// given back before the lock is released.
+    pub(crate) fn keep_freed(&mut self) {
+        debug_assert_eq!(self.kept, 0);
+        self.keeping = true;
+    }
+
+    /// Reserves `w` for the put in progress: from what it kept first, then
+    /// from the budget. `false` (nothing taken) if the two do not cover it.
+    pub(crate) fn take_kept_or_reserve(&mut self, w: u64) -> bool {
+        if self.kept >= w {
+            self.kept -= w;
+            return true;
+        }
+        if self
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.try_reserve(w - self.kept))
+        {
+            self.kept = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Ends [`keep_freed`](Self::keep_freed): what was kept and not taken
+    /// goes back to the budget.
+    pub(crate) fn settle_kept(&mut self) {
+        self.keeping = false;
+        let kept = std::mem::take(&mut self.kept);
+        if kept > 0 {
+            self.release(kept);
+        }
     }
 
     /// The shard left the map (`clear`, shutdown): its entries stop
@@ -305,7 +358,7 @@ impl Bound {
     /// them later.
     pub(crate) fn detach(&mut self) {
         if let Some(b) = self.budget.take() {
-            b.release(self.used);
+            b.release(self.used + std::mem::take(&mut self.kept));
         }
     }
 
@@ -396,7 +449,9 @@ impl Bound {
         }
         self.used -= weight;
         self.entries -= 1;
-        if let Some(b) = &self.budget {
+        if self.keeping && self.budget.is_some() {
+            self.kept += weight;
+        } else if let Some(b) = &self.budget {
             b.release(weight);
         }
     }

@@ -658,6 +658,42 @@ fn weights_decide_what_fits() {
     s.validate();
 }
 
+/// Room a put makes in its own shard passes to the new entry without going
+/// through the map's budget (the kept room); what it freed beyond its need
+/// is given back, and what the kept room lacks is reserved in the budget:
+/// the budget counts exactly what the shard holds.
+#[test]
+fn room_made_in_the_own_shard_is_kept_for_the_put() {
+    let budget = crate::sync::Arc::new(super::policy::Budget::new(10));
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded_by(budget.clone(), 10, true);
+    let mut out = Vec::new();
+    let mut put = |s: &mut Shard<u64, u64>, k: u64, until: u64, now: u64, w: u64| {
+        let outcome = s.put_bounded(k, &mut Some((k, k)), until, now, w, &mut out, || false);
+        assert!(matches!(outcome, PutOutcome::Inserted));
+        let gone: Vec<_> = out.drain(..).map(|r| (r.key, r.door)).collect();
+        gone
+    };
+    // Two entries that expire at P fill the budget.
+    assert!(put(&mut s, 1, P, 0, 4).is_empty());
+    assert!(put(&mut s, 2, P, 0, 6).is_empty());
+    assert_eq!(budget.used(), 10);
+    // At 2P a put of weight 3 evicts one of them (4 or 6) and takes 3 of it.
+    let gone = put(&mut s, 3, 100 * P, 2 * P, 3);
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].1, Door::Expired);
+    let left = if gone[0].0 == 1 { 6 } else { 4 };
+    assert_eq!(s.usage(), Some((3 + left, 10)));
+    assert_eq!(budget.used(), 3 + left, "the rest went back");
+    // A put of weight 5: the other expired entry (`left`) leaves; with
+    // what is free in the budget it covers 5 (6 alone does; 4 needs 1 of
+    // the 3 free).
+    let gone = put(&mut s, 4, 100 * P, 2 * P, 5);
+    assert_eq!(gone.len(), 1);
+    assert_eq!(s.usage(), Some((8, 10)));
+    assert_eq!(budget.used(), 8);
+    s.validate();
+}
+
 /// The random shard test with idle expiry: reads record accesses under a
 /// shared reference, eviction moves the timers of entries read since, and
 /// every door uses the effective deadline `min(write, access + idle)`.

@@ -146,17 +146,29 @@ impl<K, V> Shard<K, V> {
         due_elsewhere: &impl Fn() -> bool,
         out: &mut impl Sink<K, V>,
     ) -> Room {
+        self.bound_mut().keep_freed();
+        let mut room = Room::Short;
         for _ in 0..RESERVE_TRIES {
-            if self.bound().try_reserve(need) {
-                return Room::Made;
+            if self.bound_mut().take_kept_or_reserve(need) {
+                room = Room::Made;
+                break;
             }
             let live = !due_elsewhere();
             match self.make_room(need, now, skip, candidate, live, out) {
                 Room::Made => {}
-                other => return other,
+                other => {
+                    room = other;
+                    break;
+                }
             }
         }
-        Room::Short
+        // No user code ran since `keep_freed`: nothing unwinds past this.
+        self.bound_mut().settle_kept();
+        room
+    }
+
+    fn bound_mut(&mut self) -> &mut Bound {
+        self.entries.bound.as_deref_mut().expect("a bounded shard")
     }
 
     /// The policy state of a bounded shard.
