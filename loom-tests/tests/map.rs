@@ -406,6 +406,65 @@ fn puts_in_two_full_shards_each_keep_the_room_they_make() {
     });
 }
 
+/// The map-wide bound's `due_min` word (a time no shard's `due` is below,
+/// read by every put that makes room) against a put that lowers a `due`.
+/// `max_entries(3)` holds `a`, `e` (shard 0) and `c` (shard 1), all live
+/// for an hour; `due_min` is stale (an expired `x` of shard 1 was taken
+/// since), so a full put scans every `due` and may raise the word. One
+/// thread overwrites `a` to expire in a millisecond, lowering shard 0's
+/// `due`; another puts `d` into shard 1 (refused by admission), scanning
+/// and raising. However they interleave, the word never ends up past
+/// `a`'s time: once `a` has expired, a put of `f` into shard 1 finds it
+/// and takes its room instead of losing to `c`.
+#[test]
+fn a_scan_never_raises_the_due_word_past_a_lowered_due() {
+    use std::hash::BuildHasher;
+    let shard = |k: u32| (Fixed::default().hash_one(k) >> 40) & 1;
+    let of = |s: u64| (10..).filter(move |&k| shard(k) == s);
+    let (mut zero, mut one) = (of(0), of(1));
+    let (a, e) = (zero.next().unwrap(), zero.next().unwrap());
+    let (c, x, d, f) = (
+        one.next().unwrap(),
+        one.next().unwrap(),
+        one.next().unwrap(),
+        one.next().unwrap(),
+    );
+    let hour = Duration::from_secs(3600);
+    model(move || {
+        let clock = ManualClock::new();
+        let map = Arc::new(
+            ExpireMap::<u32, u32>::builder()
+                .hasher(Fixed::default())
+                .clock(clock.clone())
+                .shards(2)
+                .max_entries(3)
+                .background_eviction(false)
+                .build(),
+        );
+        map.put(a, a, hour);
+        map.put(c, c, hour);
+        map.put(x, x, MS);
+        clock.advance(3 * MS);
+        // Full: `e` takes the room of the expired `x` from shard 1.
+        map.put(e, e, hour);
+        assert_eq!((map.get(&x), map.get(&e)), (None, Some(e)));
+        let lower = {
+            let map = map.clone();
+            thread::spawn(move || map.put(a, a, MS))
+        };
+        let scan = {
+            let map = map.clone();
+            thread::spawn(move || map.put(d, d, hour))
+        };
+        assert_eq!(lower.join().unwrap(), Some(a));
+        assert_eq!(scan.join().unwrap(), None);
+        clock.advance(3 * MS);
+        map.put(f, f, hour);
+        assert_eq!((map.get(&a), map.get(&f)), (None, Some(f)));
+        assert_eq!(map.get(&c), Some(c));
+    });
+}
+
 /// A hasher that is the same in every execution of a model.
 type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 

@@ -114,7 +114,7 @@ where
         let r = match old.door {
             door @ (Door::Expired | Door::Size) => {
                 if door == Door::Size {
-                    self.size_evicted.fetch_add(1, Ordering::Relaxed);
+                    self.size_evicted.add_one();
                 }
                 match self.events.live_sender() {
                     Some(s) => {

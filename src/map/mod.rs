@@ -167,9 +167,13 @@ struct Inner<K, V, S> {
     /// room, so eight shards to a cache line make that read 8 lines at 64
     /// shards instead of 64.
     due: Box<[AtomicU64]>,
+    /// In a bounded map, a lower bound of every `due` time, so that a put
+    /// that makes room reads one word, not `due` whole, while nothing in
+    /// the map can have expired (see `write::DueMin`).
+    due_min: CachePadded<AtomicU64>,
     evicted: AtomicU64,
     /// Values pushed out (or refused) by the bound.
-    size_evicted: AtomicU64,
+    size_evicted: stats::Tally,
     /// The largest lateness of an eviction (removal time - deadline), ns.
     max_lateness: AtomicU64,
     /// Hit and miss counts, with `record_stats`.
@@ -224,6 +228,11 @@ where
     ) -> Result<Self, BuildError> {
         let now = clock.now();
         let budget = config.bound.map(|cap| Arc::new(Budget::new(cap)));
+        // Striped in a bounded map, whose every miss may push a value out.
+        let size_evicted = stats::Tally::new(match budget {
+            Some(_) => 2 * sync::available_parallelism(),
+            None => 1,
+        });
         let shift = shard::tick_shift(config.precision);
         let n = config.shards;
         let shards = (0..n)
@@ -256,10 +265,11 @@ where
                 Some(_) => (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
                 None => Box::new([]),
             },
+            due_min: CachePadded::new(AtomicU64::new(write::DUE_MIN_NONE)),
             budget,
             room_cursor: AtomicUsize::new(0),
             evicted: AtomicU64::new(0),
-            size_evicted: AtomicU64::new(0),
+            size_evicted,
             max_lateness: AtomicU64::new(0),
             read_extras,
             reads,

@@ -71,6 +71,36 @@ impl Reads {
     }
 }
 
+/// A count bumped on a hot path by every thread (values the bound pushed
+/// out): one stripe per thread slot, so that threads count on different
+/// cache lines; read by summing.
+pub(crate) struct Tally {
+    stripes: Box<[CachePadded<AtomicU64>]>,
+}
+
+impl Tally {
+    /// Stripes for `threads` threads at once (a power of two at least that).
+    pub(crate) fn new(threads: usize) -> Self {
+        let n = threads.max(1).next_power_of_two();
+        Self {
+            stripes: (0..n)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    /// Counts one.
+    #[inline]
+    pub(crate) fn add_one(&self) {
+        self.stripes[slot() & (self.stripes.len() - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The total.
+    pub(crate) fn total(&self) -> u64 {
+        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+}
+
 /// Counters of a map's reads and eviction work, from [`ExpireMap::stats`](super::ExpireMap::stats).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -128,7 +158,7 @@ where
         Stats {
             hits,
             misses,
-            size_evicted: self.inner.size_evicted.load(Ordering::Relaxed),
+            size_evicted: self.inner.size_evicted.total(),
             max_lateness: Duration::from_nanos(self.inner.max_lateness.load(Ordering::Relaxed)),
             evicted: self.inner.evicted.load(Ordering::Relaxed),
             passes: s.passes.load(Ordering::Relaxed),

@@ -40,6 +40,48 @@ pub(super) enum PutIf<'a, K, V> {
 /// `put_slow`'s `Commit` condition failed: the entry expired since.
 pub(super) struct Stale;
 
+/// `Inner::due_min` when no bounded entry was ever stored.
+pub(super) const DUE_MIN_NONE: u64 = !DueMin::GENERATION;
+
+/// The word `Inner::due_min`: a time no shard's `due` is below, in its high
+/// 48 bits (rounded down to 65.5 µs, so still a lower bound), and a 16-bit
+/// generation that every lowering of a `due` moves.
+///
+/// A put that makes room in a full map asks whether another shard may hold
+/// an expired entry (`due_elsewhere`). While the word's time is ahead of
+/// the clock the answer is no, from one load. Otherwise it reads every
+/// shard's `due`, and if none has come it raises the word's time to the
+/// earliest, by a compare-exchange from the word it read first. A put that
+/// lowers a `due` meanwhile (`set_due`: store, then a release update of the
+/// word that always changes the generation) makes that exchange fail, so
+/// the word is never raised past a `due` the scan did not see. A scan that
+/// read the word after such an update (acquire) reads the lowered `due`.
+/// (An exchange could succeed wrongly only if 65,536 lowerings took the
+/// generation round during one scan, and the cost would be a put evicting
+/// a live entry of its own shard before an expired one of another, which
+/// the eviction thread takes anyway.)
+pub(super) struct DueMin;
+
+impl DueMin {
+    const GENERATION: u64 = 0xFFFF;
+
+    /// The time in word `w` (a lower bound of every `due`).
+    #[inline]
+    pub(super) fn time(w: u64) -> u64 {
+        w & !Self::GENERATION
+    }
+
+    /// `w` lowered to `at` if that is earlier, the generation moved.
+    fn lowered(w: u64, at: u64) -> u64 {
+        Self::time(w).min(at & !Self::GENERATION) | (w.wrapping_add(1) & Self::GENERATION)
+    }
+
+    /// `w` with its time raised to `at` (rounded down), the generation kept.
+    fn raised(w: u64, at: u64) -> u64 {
+        (at & !Self::GENERATION) | (w & Self::GENERATION)
+    }
+}
+
 impl<K, V, S> ExpireMap<K, V, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -214,7 +256,7 @@ where
                     let room = shard.make_room(need, now, None, candidate, live, &mut out);
                     // Exact again, while the lock is held.
                     let next = shard.next_wakeup().unwrap_or(u64::MAX);
-                    self.due[j].store(next, Ordering::Relaxed);
+                    self.set_due(j, next);
                     (room, now)
                 };
                 if !out.is_empty() {
@@ -239,20 +281,68 @@ where
 
     /// Whether a shard other than `hash`'s may hold an expired entry at
     /// `now`: then a full bounded map takes that room before it evicts a
-    /// live entry (see `room_elsewhere`).
+    /// live entry (see `room_elsewhere`). One load while `due_min` says
+    /// nothing can have expired; otherwise every shard's `due`.
+    #[inline]
     pub(super) fn due_elsewhere(&self, hash: u64, now: u64) -> bool {
+        let seen = self.due_min.load(Ordering::Acquire);
+        if DueMin::time(seen) > now {
+            return false;
+        }
+        self.scan_due(hash, now, seen)
+    }
+
+    /// [`due_elsewhere`](Self::due_elsewhere) past the word: reads every
+    /// shard's `due`, and if none has come, raises `due_min` to the
+    /// earliest (unless a `due` was lowered since `seen` was read).
+    #[cold]
+    #[inline(never)]
+    fn scan_due(&self, hash: u64, now: u64, seen: u64) -> bool {
         let own = self.shard_index(hash);
-        (0..self.due.len()).any(|j| j != own && self.is_due(j, now))
+        let mut elsewhere = false;
+        let mut earliest = u64::MAX;
+        for (j, due) in self.due.iter().enumerate() {
+            let t = due.load(Ordering::Relaxed);
+            earliest = earliest.min(t);
+            elsewhere |= j != own && t <= now;
+        }
+        if earliest > now {
+            // Fails if a `due` was lowered after `seen` (the generation
+            // moved): then `earliest` may be too late.
+            let _ = self.due_min.compare_exchange(
+                seen,
+                DueMin::raised(seen, earliest),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        elsewhere
     }
 
     /// A bounded put stored an entry evictable at `at` in `hash`'s shard,
     /// whose write lock the caller holds.
     #[inline]
     pub(super) fn note_due(&self, hash: u64, at: Option<u64>) {
-        if let (Some(at), Some(due)) = (at, self.due.get(self.shard_index(hash))) {
+        let j = self.shard_index(hash);
+        if let (Some(at), Some(due)) = (at, self.due.get(j)) {
             if at < due.load(Ordering::Relaxed) {
-                due.store(at, Ordering::Relaxed);
+                self.set_due(j, at);
             }
+        }
+    }
+
+    /// Shard `j`'s `due` is now `at` (its write lock held). A lower time
+    /// lowers `due_min` too, and moves its generation.
+    fn set_due(&self, j: usize, at: u64) {
+        let before = self.due[j].swap(at, Ordering::Relaxed);
+        if at < before {
+            // Release: a scan that reads the new word (acquire) reads `at`
+            // in `due[j]`, or later.
+            let _ = self
+                .due_min
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                    Some(DueMin::lowered(w, at))
+                });
         }
     }
 
