@@ -302,26 +302,13 @@ fn the_bound_holds_under_concurrent_puts_and_eviction() {
 /// two entries.
 #[test]
 fn the_map_wide_bound_takes_room_from_another_shard() {
-    use std::hash::BuildHasher;
-    // The shard a key lands in, as `Inner::shard` picks it (bits 40..).
-    let shard = |k: u32| (Fixed::default().hash_one(k) >> 40) & 1;
-    let of = |s: u64| (10..).filter(move |&k| shard(k) == s);
-    let mut zero = of(0);
-    let (a, b, e) = (
-        zero.next().unwrap(),
-        zero.next().unwrap(),
-        zero.next().unwrap(),
-    );
-    let c = of(1).next().unwrap();
+    let [a, b, e] = keys_in(0);
+    let [c] = keys_in(1);
     model(move || {
         let clock = ManualClock::new();
         let map = Arc::new(
-            ExpireMap::<u32, u32>::builder()
-                .hasher(Fixed::default())
-                .clock(clock.clone())
-                .shards(2)
+            two_shards(&clock)
                 .max_entries(2)
-                .background_eviction(false)
                 .event_capacity(8)
                 .max_subscribers(1)
                 .build(),
@@ -363,26 +350,14 @@ fn the_map_wide_bound_takes_room_from_another_shard() {
 /// they are removed, the whole bound fits again.
 #[test]
 fn puts_in_two_full_shards_each_keep_the_room_they_make() {
-    use std::hash::BuildHasher;
-    let shard = |k: u32| (Fixed::default().hash_one(k) >> 40) & 1;
-    let of = |s: u64| (10..).filter(move |&k| shard(k) == s);
-    let (mut zero, mut one) = (of(0), of(1));
-    let (a, b, e) = (
-        zero.next().unwrap(),
-        zero.next().unwrap(),
-        zero.next().unwrap(),
-    );
-    let (c, d) = (one.next().unwrap(), one.next().unwrap());
+    let [a, b, e] = keys_in(0);
+    let [c, d] = keys_in(1);
     model(move || {
         let clock = ManualClock::new();
         let map = Arc::new(
-            ExpireMap::<u32, u32>::builder()
-                .hasher(Fixed::default())
-                .clock(clock.clone())
-                .shards(2)
+            two_shards(&clock)
                 .max_weight(4)
                 .weigher(move |&k, _| if k == a || k == d || k == e { 3 } else { 1 })
-                .background_eviction(false)
                 .build(),
         );
         map.put(a, a, MS);
@@ -418,29 +393,12 @@ fn puts_in_two_full_shards_each_keep_the_room_they_make() {
 /// and takes its room instead of losing to `c`.
 #[test]
 fn a_scan_never_raises_the_due_word_past_a_lowered_due() {
-    use std::hash::BuildHasher;
-    let shard = |k: u32| (Fixed::default().hash_one(k) >> 40) & 1;
-    let of = |s: u64| (10..).filter(move |&k| shard(k) == s);
-    let (mut zero, mut one) = (of(0), of(1));
-    let (a, e) = (zero.next().unwrap(), zero.next().unwrap());
-    let (c, x, d, f) = (
-        one.next().unwrap(),
-        one.next().unwrap(),
-        one.next().unwrap(),
-        one.next().unwrap(),
-    );
+    let [a, e] = keys_in(0);
+    let [c, x, d, f] = keys_in(1);
     let hour = Duration::from_secs(3600);
     model(move || {
         let clock = ManualClock::new();
-        let map = Arc::new(
-            ExpireMap::<u32, u32>::builder()
-                .hasher(Fixed::default())
-                .clock(clock.clone())
-                .shards(2)
-                .max_entries(3)
-                .background_eviction(false)
-                .build(),
-        );
+        let map = Arc::new(two_shards(&clock).max_entries(3).build());
         map.put(a, a, hour);
         map.put(c, c, hour);
         map.put(x, x, MS);
@@ -467,6 +425,24 @@ fn a_scan_never_raises_the_due_word_past_a_lowered_due() {
 
 /// A hasher that is the same in every execution of a model.
 type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+/// The first `N` keys from 10 up that land in shard `s` of a map built by
+/// [`two_shards`] (the `Fixed` hasher's bits 40.. pick the shard, as
+/// `Inner::shard` does).
+fn keys_in<const N: usize>(s: u64) -> [u32; N] {
+    use std::hash::BuildHasher;
+    let mut keys = (10..).filter(move |&k: &u32| (Fixed::default().hash_one(k) >> 40) & 1 == s);
+    std::array::from_fn(|_| keys.next().expect("keys enough"))
+}
+
+/// A two-shard map over `clock`: the `Fixed` hasher, no eviction thread.
+fn two_shards(clock: &ManualClock) -> expiremap::Builder<u32, u32, Fixed> {
+    ExpireMap::builder()
+        .hasher(Fixed::default())
+        .clock(clock.clone())
+        .shards(2)
+        .background_eviction(false)
+}
 
 fn loading_map() -> Arc<ExpireMap<u32, u32, Fixed>> {
     Arc::new(
