@@ -101,6 +101,10 @@ fn adds() -> u64 {
 ///     --callgrind-out-file=cg.$n target/release/deps/lookup_loop-<hash> --bench; done
 /// # instructions per get = (total of cg.2000000 - total of cg.1000000) / 10^6
 /// ```
+///
+/// Other variables switch the operation (see the body and BENCHMARKS.md),
+/// `LOOKUP_LOOP_BOUNDED=64` among them: a full bounded map of 64 shards
+/// read cache-aside.
 fn count_gets(gets: u64) {
     use std::future::Future;
     const KEYS: u64 = 100_000;
@@ -113,6 +117,16 @@ fn count_gets(gets: u64) {
     }
     if std::env::var_os("LOOKUP_LOOP_STATS").is_some() {
         builder = builder.record_stats(true);
+    }
+    // LOOKUP_LOOP_BOUNDED=s: a full `max_entries(10^5)` map of `s` shards
+    // read cache-aside over 2 x 10^5 keys (a get, and on a miss a put,
+    // which pushes an entry out or is refused): the cost of an operation
+    // of a full bounded map.
+    let bounded: Option<usize> = std::env::var("LOOKUP_LOOP_BOUNDED")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    if let Some(shards) = bounded {
+        builder = builder.max_entries(KEYS).shards(shards);
     }
     let em = builder.build();
     let load = std::env::var_os("LOOKUP_LOOP_LOAD").is_some();
@@ -128,6 +142,15 @@ fn count_gets(gets: u64) {
         em.put(mix64(i), i, TTL);
     }
     let mut rng = SplitMix64(11);
+    if bounded.is_some() {
+        for i in 0..gets {
+            let k = mix64(rng.next_u64() % (2 * KEYS));
+            if em.get(&k).is_none() {
+                black_box(em.put(k, i, TTL));
+            }
+        }
+        return;
+    }
     if load {
         for _ in 0..gets {
             let k = mix64(rng.next_u64() % KEYS);
