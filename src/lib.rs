@@ -149,9 +149,9 @@
 //!   recently read entries;
 //! * admission by TinyLFU (as in Caffeine and moka): a count-min sketch
 //!   remembers how often keys were asked for, held or not, and a new key
-//!   displaces the CLOCK victim only if it was asked for more often. A
-//!   scan of one-off keys does not flush the cache, and a loop over more
-//!   keys than fit keeps a fixed part of them.
+//!   displaces the CLOCK victim only if it was asked for more often before
+//!   the put in hand. A scan of one-off keys does not flush the cache, and
+//!   a loop over more keys than fit keeps a fixed part of them.
 //!
 //! Every value pushed out, and every new value refused, leaves as
 //! [`Cause::Size`], published by default; conservation holds as for every
@@ -177,11 +177,13 @@
 //! map.put(1, 1, hour);
 //! map.put(2, 2, hour);
 //! assert_eq!(map.get(&1), Some(1)); // key 1 was read
-//! map.put(3, 3, hour); // asked for once, like the victim: refused
+//! map.put(3, 3, hour); // never asked for before: refused
 //! assert_eq!(map.len(), 2);
 //! let e = events.try_recv()?;
 //! assert_eq!((e.key, e.cause), (3, Cause::Size));
-//! map.put(3, 3, hour); // asked for twice now: displaces key 2
+//! map.put(3, 3, hour); // asked for once before, as key 2 was: refused
+//! assert_eq!(events.try_recv()?.key, 3);
+//! map.put(3, 3, hour); // asked for twice before: displaces key 2
 //! assert_eq!((map.get(&2), map.get(&3)), (None, Some(3)));
 //! assert_eq!(events.try_recv()?.key, 2);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
