@@ -246,13 +246,11 @@ pub(crate) struct Bound {
     /// Candidates counted at least [`WARM`] times refused since the last
     /// halving.
     warm_refused: u64,
-    /// Weight a put in progress in this shard freed and keeps for itself
-    /// (see [`Bound::keep_freed`]): still counted in the budget, held by no
-    /// entry. Zero whenever the shard's lock is not held by such a put.
-    kept: u64,
-    /// Whether removals add to `kept` instead of giving their weight back
-    /// to the budget.
-    keeping: bool,
+    /// While a put in progress in this shard keeps the room it makes (see
+    /// [`Bound::keep_freed`]): the weight its removals freed, still counted
+    /// in the budget and held by no entry. `None` whenever the shard's lock
+    /// is not held by such a put.
+    kept: Option<u64>,
     /// Entries held (`used` counts weight in a weighted shard).
     entries: u64,
     /// The sketch grows once `entries` passes this.
@@ -280,8 +278,7 @@ impl Bound {
             sketch: Sketch::new(share.min(FIRST_SKETCH)),
             weights: weighted.then(Vec::new),
             warm_refused: 0,
-            kept: 0,
-            keeping: false,
+            kept: None,
             entries: 0,
             grow_at: Self::grow_at(share.min(FIRST_SKETCH), share, weighted),
         }
@@ -307,7 +304,8 @@ impl Bound {
     /// Whether `w` more fits in the map's budget now, counting what this
     /// shard's put in progress freed and kept.
     pub(crate) fn fits(&self, w: u64) -> bool {
-        self.kept >= w || self.budget.as_ref().is_some_and(|b| b.fits(w - self.kept))
+        let kept = self.kept.unwrap_or(0);
+        kept >= w || self.budget.as_ref().is_some_and(|b| b.fits(w - kept))
     }
 
     /// From now until [`settle_kept`](Self::settle_kept), the weight of
@@ -321,34 +319,29 @@ impl Bound {
     /// changes meaning: kept weight stays counted in the budget, and it is
     /// given back before the lock is released.
     pub(crate) fn keep_freed(&mut self) {
-        debug_assert_eq!(self.kept, 0);
-        self.keeping = true;
+        debug_assert_eq!(self.kept, None);
+        self.kept = Some(0);
     }
 
     /// Reserves `w` for the put in progress: from what it kept first, then
     /// from the budget. `false` (nothing taken) if the two do not cover it.
     pub(crate) fn take_kept_or_reserve(&mut self, w: u64) -> bool {
-        if self.kept >= w {
-            self.kept -= w;
-            return true;
+        let kept = self.kept.unwrap_or(0);
+        let taken = kept >= w
+            || self
+                .budget
+                .as_ref()
+                .is_some_and(|b| b.try_reserve(w - kept));
+        if taken && self.kept.is_some() {
+            self.kept = Some(kept.saturating_sub(w));
         }
-        if self
-            .budget
-            .as_ref()
-            .is_some_and(|b| b.try_reserve(w - self.kept))
-        {
-            self.kept = 0;
-            return true;
-        }
-        false
+        taken
     }
 
     /// Ends [`keep_freed`](Self::keep_freed): what was kept and not taken
     /// goes back to the budget.
     pub(crate) fn settle_kept(&mut self) {
-        self.keeping = false;
-        let kept = std::mem::take(&mut self.kept);
-        if kept > 0 {
+        if let Some(kept @ 1..) = self.kept.take() {
             self.release(kept);
         }
     }
@@ -358,7 +351,7 @@ impl Bound {
     /// them later.
     pub(crate) fn detach(&mut self) {
         if let Some(b) = self.budget.take() {
-            b.release(self.used + std::mem::take(&mut self.kept));
+            b.release(self.used + self.kept.take().unwrap_or(0));
         }
     }
 
@@ -449,8 +442,8 @@ impl Bound {
         }
         self.used -= weight;
         self.entries -= 1;
-        if self.keeping && self.budget.is_some() {
-            self.kept += weight;
+        if let (Some(kept), Some(_)) = (&mut self.kept, &self.budget) {
+            *kept += weight;
         } else if let Some(b) = &self.budget {
             b.release(weight);
         }
