@@ -1,21 +1,16 @@
-//! The read counters of [`Builder::record_stats`](super::Builder::record_stats)(super::Builder::record_stats):
-//! striped, so that reads on different threads count on different cache
-//! lines.
+//! [`Stats`] and the counts behind it. The read counts of
+//! [`Builder::record_stats`](super::Builder::record_stats) and the count of
+//! values the bound pushed out are striped, so that threads count on
+//! different cache lines.
 
 use crate::sync::{AtomicU64, CachePadded, Ordering};
 use std::cell::Cell;
 use std::time::Duration;
 
-/// One stripe: hits and misses, alone on its cache line(s).
-#[derive(Default)]
-struct Stripe {
-    hits: AtomicU64,
-    misses: AtomicU64,
-}
-
-/// Hit and miss counts, one stripe per thread slot.
+/// Hit and miss counts, each striped by thread slot.
 pub(crate) struct Reads {
-    stripes: Box<[CachePadded<Stripe>]>,
+    hits: Tally,
+    misses: Tally,
 }
 
 /// Hands out stripe slots to threads, round robin. A plain std atomic even
@@ -44,35 +39,30 @@ fn slot() -> usize {
 impl Reads {
     /// Stripes for `threads` threads at once (a power of two at least that).
     pub(crate) fn new(threads: usize) -> Self {
-        let n = threads.max(1).next_power_of_two();
         Self {
-            stripes: (0..n)
-                .map(|_| CachePadded::new(Stripe::default()))
-                .collect(),
+            hits: Tally::new(threads),
+            misses: Tally::new(threads),
         }
     }
 
     /// Counts one read: a hit if it found a live value.
     #[inline]
     pub(crate) fn count(&self, hit: bool) {
-        let s = &self.stripes[slot() & (self.stripes.len() - 1)];
-        let c = if hit { &s.hits } else { &s.misses };
-        c.fetch_add(1, Ordering::Relaxed);
+        if hit {
+            self.hits.add_one();
+        } else {
+            self.misses.add_one();
+        }
     }
 
     /// The totals: (hits, misses).
     pub(crate) fn totals(&self) -> (u64, u64) {
-        self.stripes.iter().fold((0, 0), |(h, m), s| {
-            (
-                h + s.hits.load(Ordering::Relaxed),
-                m + s.misses.load(Ordering::Relaxed),
-            )
-        })
+        (self.hits.total(), self.misses.total())
     }
 }
 
-/// A count bumped on a hot path by every thread (values the bound pushed
-/// out): one stripe per thread slot, so that threads count on different
+/// A count bumped on a hot path by every thread (reads, values the bound
+/// pushed out): one stripe per thread slot, so that threads count on different
 /// cache lines; read by summing.
 pub(crate) struct Tally {
     stripes: Box<[CachePadded<AtomicU64>]>,
