@@ -1,6 +1,6 @@
 //! loom models of the map's concurrent protocols: the eviction thread's
 //! wake-up, shutdown, remove racing expiry, the last handle dropped on the
-//! eviction thread, two `evict_expired` callers racing a `remove`, the
+//! eviction thread, the last of two clones dropped on two threads, two `evict_expired` callers racing a `remove`, the
 //! capacity bound under concurrent puts and eviction, the map-wide bound
 //! taking room from another shard,
 //! `get_or_insert_with`'s hand-off to waiters, racing reads recording
@@ -139,6 +139,31 @@ fn last_handle_dropped_on_the_eviction_thread() {
         while !done.load(Ordering::SeqCst) {
             thread::yield_now();
         }
+    });
+}
+
+/// Two handles of one map (`ExpireMap: Clone`) dropped on two threads at
+/// once, one of them after a put: whichever drop comes last shuts the map
+/// down exactly once. Both entries are published once as `Shutdown`, then
+/// the stream closes; a shutdown lost or run twice, or a join that never
+/// returns, fails the model.
+#[test]
+fn the_last_of_two_handles_shuts_the_map_down_once() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map = map(&clock);
+        let mut sub = map.subscribe().unwrap();
+        map.put(1, 1, Duration::from_secs(3600));
+        let other = map.clone();
+        let t = thread::spawn(move || {
+            other.put(2, 2, Duration::from_secs(3600));
+            drop(other);
+        });
+        drop(map);
+        t.join().unwrap();
+        let mut got = until_closed(&mut sub);
+        got.sort_by_key(|e| e.0);
+        assert_eq!(got, [(1, Cause::Shutdown), (2, Cause::Shutdown)]);
     });
 }
 

@@ -7,7 +7,7 @@
 //! (`crate::unwind`).
 
 use super::shard::{self, Door, Removed, Shard};
-use super::{Cause, EVICT_BATCH, Event, ExpireMap, Inner};
+use super::{Cause, EVICT_BATCH, Event, Inner};
 use crate::broadcast::{self, SubscribeError};
 use crate::clock::Time;
 use crate::sync::{self, AtomicBool, Ordering, RwLock};
@@ -75,7 +75,27 @@ where
     }
 }
 
-impl<K, V, S> Drop for ExpireMap<K, V, S> {
+/// What the handles of one map share: the eviction thread and the clock
+/// watch. Dropped with the last handle ([`ExpireMap`] is `Clone`), which
+/// shuts the map down; the thread's own `Arc<Inner>` keeps the map alive
+/// until it is joined.
+pub(super) struct Owner<K, V, S> {
+    inner: sync::Arc<Inner<K, V, S>>,
+    pub(super) evictor: Option<sync::thread::JoinHandle<()>>,
+    pub(super) watch_key: Option<u64>,
+}
+
+impl<K, V, S> Owner<K, V, S> {
+    pub(super) fn new(inner: sync::Arc<Inner<K, V, S>>) -> Self {
+        Self {
+            inner,
+            evictor: None,
+            watch_key: None,
+        }
+    }
+}
+
+impl<K, V, S> Drop for Owner<K, V, S> {
     fn drop(&mut self) {
         let inner = &*self.inner;
         if let Some(key) = self.watch_key.take() {
