@@ -1,6 +1,6 @@
 //! [`Builder`] and its validated [`Config`].
 
-use super::{ExpireMap, Time};
+use super::{ExpireMap, Expiry, Time};
 use crate::clock::{Clock, SystemClock};
 pub use crate::error::BuildError;
 use std::fmt;
@@ -93,6 +93,7 @@ pub struct Builder<K, V, S = ahash::RandomState> {
     time_to_live: Option<Duration>,
     record_stats: bool,
     weigher: Option<Weigher<K, V>>,
+    expiry: Option<Arc<dyn Expiry<K, V>>>,
     _marker: PhantomData<fn(K, V)>,
 }
 
@@ -115,6 +116,7 @@ impl<K, V> Builder<K, V> {
             time_to_live: None,
             record_stats: false,
             weigher: None,
+            expiry: None,
             _marker: PhantomData,
         }
     }
@@ -170,6 +172,7 @@ impl<K, V, S> Builder<K, V, S> {
             time_to_live: self.time_to_live,
             record_stats: self.record_stats,
             weigher: self.weigher,
+            expiry: self.expiry,
             _marker: PhantomData,
         }
     }
@@ -339,9 +342,12 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
-    /// The time to live of [`ExpireMap::insert`], set once for the map as
-    /// moka's `time_to_live` is (default: none, so `insert` stores entries
-    /// that never expire). [`ExpireMap::put`] still takes a TTL per call.
+    /// The time to live of the writes that name none ([`ExpireMap::insert`],
+    /// [`ExpireMap::get_with`] and the other loaders without a `ttl`), set
+    /// once for the map as moka's `time_to_live` is (default: none, so
+    /// they store entries that never expire). An
+    /// [`expire_after`](Self::expire_after) policy takes its place.
+    /// [`ExpireMap::put`] still takes a TTL per call.
     /// [`try_build`](Self::try_build) rejects a zero `d`.
     ///
     /// ```
@@ -360,6 +366,17 @@ impl<K, V, S> Builder<K, V, S> {
     /// ```
     pub fn time_to_live(mut self, d: Duration) -> Self {
         self.time_to_live = Some(d);
+        self
+    }
+
+    /// Each entry's time to live from its key and value, for the writes
+    /// that name no TTL ([`ExpireMap::insert`], [`ExpireMap::try_insert`],
+    /// [`ExpireMap::get_with`] and the other loaders without a `ttl`),
+    /// in place of [`time_to_live`](Self::time_to_live): see [`Expiry`].
+    /// Calls that take a `ttl` use theirs. A map without a policy pays
+    /// nothing for this setting; reads never run it.
+    pub fn expire_after(mut self, policy: impl Expiry<K, V>) -> Self {
+        self.expiry = Some(Arc::new(policy));
         self
     }
 
@@ -441,7 +458,13 @@ where
             .clock
             .take()
             .unwrap_or_else(|| Time::new(SystemClock::new()));
-        ExpireMap::from_parts(config, clock, self.hasher, self.weigher.take())
+        ExpireMap::from_parts(
+            config,
+            clock,
+            self.hasher,
+            self.weigher.take(),
+            self.expiry.take(),
+        )
     }
 
     /// Builds the map.
@@ -471,6 +494,7 @@ impl<K, V, S> fmt::Debug for Builder<K, V, S> {
             .field("max_entries", &self.max_entries)
             .field("max_weight", &self.max_weight)
             .field("weigher", &self.weigher.is_some())
+            .field("expire_after", &self.expiry.is_some())
             .field("time_to_idle", &self.idle)
             .field("time_to_live", &self.time_to_live)
             .field("record_stats", &self.record_stats)

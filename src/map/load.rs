@@ -3,6 +3,7 @@
 //! and end are in `flight`; this room holds what a loading call does
 //! around them (look, begin, run `init` with no lock held, store).
 
+use super::expiry::Ttl;
 use super::flight;
 use super::{ExpireMap, PutIf};
 use crate::sync::Arc;
@@ -251,7 +252,7 @@ where
         if let Some(v) = self.get(&key) {
             return Ok(v);
         }
-        self.load(key, ttl, init)
+        self.load(key, Ttl::Given(ttl), init)
     }
 
     /// [`get_or_insert_with`](Self::get_or_insert_with) by reference: the
@@ -316,7 +317,7 @@ where
         if let Some(v) = self.get(key) {
             return Ok(v);
         }
-        self.load(key.to_owned(), ttl, init)
+        self.load(key.to_owned(), Ttl::Given(ttl), init)
     }
 
     /// [`update`](Self::update) by reference. The owned key is made
@@ -349,7 +350,7 @@ where
     pub(super) fn load<E>(
         &self,
         key: K,
-        ttl: Duration,
+        ttl: Ttl,
         init: impl FnOnce() -> Result<V, E>,
     ) -> Result<V, E>
     where
@@ -466,6 +467,15 @@ where
         if let Some(v) = self.get(&key) {
             return Ok(v);
         }
+        self.load_async(key, Ttl::Given(ttl), init).await
+    }
+
+    /// [`load`](Self::load)'s async form: after the first look missed.
+    pub(super) async fn load_async<F, E>(&self, key: K, ttl: Ttl, init: F) -> Result<V, E>
+    where
+        F: Future<Output = Result<V, E>>,
+        E: Clone + Send + Sync + 'static,
+    {
         let hash = self.inner.hasher.hash_one(&key);
         let mut spare = Some(key.clone());
         let flight = loop {
@@ -532,7 +542,7 @@ where
     pub(super) fn end_load<E>(
         &self,
         key: K,
-        ttl: Duration,
+        ttl: Ttl,
         r: Result<V, E>,
         guard: &mut flight::FlightGuard<'_, K, V>,
     ) -> Result<V, E>
@@ -541,6 +551,8 @@ where
     {
         match r {
             Ok(v) => {
+                // The map's expiry policy runs here, outside every lock.
+                let ttl = self.ttl_for_new(ttl, &key, &v);
                 if !ttl.is_zero() {
                     let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
                 }

@@ -49,7 +49,9 @@ mod builder;
 mod doors;
 mod event;
 mod evictor;
+mod expiry;
 mod flight;
+mod get_with;
 mod iter;
 mod load;
 mod policy;
@@ -84,6 +86,7 @@ pub use builder::{
     MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION,
 };
 pub use event::{Cause, Event, Subscriber};
+pub use expiry::{Expiry, Refused};
 pub use iter::{Iter, Keys};
 pub use load::Update;
 pub use stats::Stats;
@@ -139,8 +142,22 @@ const EVICT_BATCH: usize = if cfg!(expiremap_loom) { 1 } else { 256 };
 /// ```
 pub struct ExpireMap<K, V, S = ahash::RandomState> {
     inner: Arc<Inner<K, V, S>>,
-    evictor: Option<sync::thread::JoinHandle<()>>,
-    watch_key: Option<u64>,
+    /// Shared by every clone: the last one dropped shuts the map down
+    /// (`doors::Owner`).
+    owner: Arc<doors::Owner<K, V, S>>,
+}
+
+/// A second handle to the same map (two reference-count increments): what
+/// one handle writes, every other reads. The eviction thread stops, is
+/// joined, and the live entries are published as [`Cause::Shutdown`] when
+/// the last handle is dropped, as moka's and quick_cache's `Cache` do.
+impl<K, V, S> Clone for ExpireMap<K, V, S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            owner: self.owner.clone(),
+        }
+    }
 }
 
 /// One shard behind its own cache-padded lock.
@@ -183,6 +200,8 @@ struct Inner<K, V, S> {
     read_extras: bool,
     /// Weighs entries against `max_weight`; runs before the shard lock.
     weigher: Option<Weigher<K, V>>,
+    /// The map's own expiry policy (`expiry`); runs before the shard lock.
+    expiry: Option<std::sync::Arc<dyn Expiry<K, V>>>,
     /// `Inner::shutdown`, captured where the trait bounds hold, so that the
     /// bound-free `Drop` can call it.
     finish: fn(&Inner<K, V, S>),
@@ -225,6 +244,7 @@ where
         clock: Time,
         hasher: S,
         weigher: Option<Weigher<K, V>>,
+        expiry: Option<std::sync::Arc<dyn Expiry<K, V>>>,
     ) -> Result<Self, BuildError> {
         let now = clock.now();
         let budget = config.bound.map(|cap| Arc::new(Budget::new(cap)));
@@ -274,26 +294,25 @@ where
             read_extras,
             reads,
             weigher,
+            expiry,
             finish: Inner::shutdown,
         });
-        let mut map = Self {
-            inner,
-            evictor: None,
-            watch_key: None,
-        };
+        let mut owner = doors::Owner::new(inner.clone());
         if background {
-            let signal = map.inner.signal.clone();
-            map.watch_key = map
-                .inner
+            let signal = inner.signal.clone();
+            owner.watch_key = inner
                 .clock
                 .clock()
                 .watch(Box::new(move || signal.time_changed()));
-            let inner = map.inner.clone();
-            let handle = sync::spawn_named("expiremap-evictor", move || inner.run_evictor())
+            let evictor = inner.clone();
+            let handle = sync::spawn_named("expiremap-evictor", move || evictor.run_evictor())
                 .map_err(|e| BuildError::Spawn(e.to_string()))?;
-            map.evictor = Some(handle);
+            owner.evictor = Some(handle);
         }
-        Ok(map)
+        Ok(Self {
+            inner,
+            owner: Arc::new(owner),
+        })
     }
 
     /// Inserts or overwrites `key` with `value`, live for `ttl` from now
@@ -332,25 +351,6 @@ where
             PutOutcome::Inserted | PutOutcome::Refused | PutOutcome::NoRoom { .. } => None,
             PutOutcome::Overwrote(old) => inner.leave(old, now),
         }
-    }
-
-    /// [`put`](Self::put) with the map's
-    /// [`time_to_live`](Builder::time_to_live), or with no expiry if none
-    /// was set (the deadline saturates: the entry stays until removed,
-    /// replaced, or pushed out by a bound). Returns the previous live value.
-    ///
-    /// ```
-    /// use expiremap::ExpireMap;
-    /// use std::time::Duration;
-    ///
-    /// let map: ExpireMap<&str, u32> = ExpireMap::new();
-    /// assert_eq!(map.insert("a", 1), None);
-    /// assert_eq!(map.insert("a", 2), Some(1));
-    /// let century = Duration::from_secs(100 * 365 * 86_400);
-    /// assert!(map.ttl("a").unwrap() > century); // no expiry
-    /// ```
-    pub fn insert(&self, key: K, value: V) -> Option<V> {
-        self.put(key, value, self.inner.config.time_to_live)
     }
 
     /// The value for `key` if it is live (`now <= deadline`).
@@ -692,7 +692,7 @@ impl<K, V, S> fmt::Debug for ExpireMap<K, V, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExpireMap")
             .field("shards", &self.inner.config.shards)
-            .field("background_eviction", &self.evictor.is_some())
+            .field("background_eviction", &self.owner.evictor.is_some())
             .finish_non_exhaustive()
     }
 }

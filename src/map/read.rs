@@ -52,13 +52,42 @@ where
         F: FnOnce(&V, Duration) -> R + Copy,
     {
         let mut idle_expired = false;
-        let r = self.lookup(key, Time::now, |now, found| {
+        let r = self.lookup_counted(key, access, Time::now, |now, found| {
             Self::read_found(now, found, access, f, &mut idle_expired)
         });
         if r.is_none() && idle_expired {
             return self.read_live_again(key, access, f);
         }
         r
+    }
+
+    /// The value for `key` if it is live, read without counting as an
+    /// access of any kind: no idle-expiry refresh, no access for the
+    /// capacity bound's policy, no hit or miss in [`stats`](Self::stats)
+    /// (quick_cache's and moka's `peek`). Exact, like
+    /// [`get`](Self::get): an entry past its deadline is not returned.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map: ExpireMap<&str, u32> = ExpireMap::builder()
+    ///     .clock(clock.clone())
+    ///     .time_to_idle(Duration::from_secs(10))
+    ///     .build();
+    /// map.put("a", 1, Duration::from_secs(60));
+    /// clock.advance(Duration::from_secs(8));
+    /// assert_eq!(map.peek("a"), Some(1)); // no access: still idle since 0 s
+    /// clock.advance(Duration::from_secs(3));
+    /// assert_eq!(map.peek("a"), None); // idle for 11 s
+    /// ```
+    pub fn peek<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.read_live(key, false, |value, _| value.clone())
     }
 
     /// [`read_live`](Self::read_live) after its read found the entry
@@ -76,7 +105,7 @@ where
                 return None;
             }
             let mut idle_expired = false;
-            let r = self.lookup(key, Time::now, |now, found| {
+            let r = self.lookup_counted(key, access, Time::now, |now, found| {
                 Self::read_found(now, found, access, f, &mut idle_expired)
             });
             if !idle_expired {
@@ -224,10 +253,30 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.lookup_counted(key, true, time, f)
+    }
+
+    /// [`lookup`](Self::lookup) that counts as an access for the capacity
+    /// bound's policy only if `access`.
+    #[inline(always)]
+    fn lookup_counted<Q, T, R>(
+        &self,
+        key: &Q,
+        access: bool,
+        time: impl FnOnce(&Time) -> T,
+        f: impl FnOnce(T, shard::Found<'_, V>) -> Option<R>,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let (shard, home, t) = inner.around(hash, |l| l.read(), |s| s.start(hash), time);
-        let found = shard.get_from(home, hash, key)?;
+        let found = match access {
+            true => shard.get_from(home, hash, key)?,
+            false => shard.peek_from(home, hash, key)?,
+        };
         f(t, found)
     }
 }

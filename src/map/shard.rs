@@ -362,11 +362,33 @@ impl<K, V> Shard<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        self.find::<Q, true>(home, hash, key)
+    }
+
+    /// [`get_from`](Self::get_from) without counting an access for the
+    /// bound's policy (`peek`, and writes that only look).
+    #[inline]
+    pub(crate) fn peek_from<Q>(&self, home: Home, hash: u64, key: &Q) -> Option<Found<'_, V>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.find::<Q, false>(home, hash, key)
+    }
+
+    /// The entry for `key`, live or not; `HIT`: count the lookup as an
+    /// access for the bound's policy.
+    #[inline(always)]
+    fn find<Q, const HIT: bool>(&self, home: Home, hash: u64, key: &Q) -> Option<Found<'_, V>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let slab = &self.entries.slab;
         let index = self.table.find_from(home, hash as u32, is_key(slab, key))?;
         // SAFETY: the table holds only live indices (slab invariant).
         let node = unsafe { slab.live(index) };
-        if self.entries.bound.is_some() {
+        if HIT && self.entries.bound.is_some() {
             node.hit();
         }
         // SAFETY: as above; a live node's `kv` is initialised.
@@ -604,6 +626,17 @@ impl<K, V> Shard<K, V> {
         let sched = self.entries.slab.written(index, deadline, None);
         self.entries.reschedule(index, sched);
         Some(sched)
+    }
+
+    /// The write deadline of the live entry for `key` at `now`, if any
+    /// (not an access).
+    pub(crate) fn live_write<Q>(&self, hash: u64, key: &Q, now: u64) -> Option<u64>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let found = self.peek_from(self.start(hash), hash, key)?;
+        (now <= found.deadline).then_some(found.write)
     }
 
     /// The value of the live entry for `key` at `now`, if any.

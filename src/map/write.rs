@@ -27,6 +27,9 @@ pub(super) enum PutIf<'a, K, V> {
     Live,
     /// No write touched the key since this load began.
     Untouched(&'a flight::Flight<K, V>),
+    /// The key's live entry has this write deadline (`None`: no live
+    /// entry), as a write with the map's expiry read it (`expiry`).
+    Seen(Option<u64>),
     /// The commit of an `update` (the key's writes wait for it, so its
     /// entry changed only by leaving). `keep`: store with this write
     /// deadline (the entry's) instead of the TTL, only if the entry read
@@ -39,6 +42,16 @@ pub(super) enum PutIf<'a, K, V> {
 
 /// `put_slow`'s `Commit` condition failed: the entry expired since.
 pub(super) struct Stale;
+
+/// Why [`put_cond`](ExpireMap::put_cond) stored nothing; the key and
+/// value come back.
+pub(super) enum NotStored<K, V> {
+    /// Its condition no longer held (`Commit`: the entry expired; `Seen`:
+    /// the entry changed).
+    Stale(K, V),
+    /// The bound refused them, and the caller asked for them back.
+    Refused(K, V),
+}
 
 /// `Inner::due_min` when no bounded entry was ever stored.
 pub(super) const DUE_MIN_NONE: u64 = !DueMin::GENERATION;
@@ -100,6 +113,21 @@ where
         ttl: Duration,
         cond: PutIf<'_, K, V>,
     ) -> Result<Option<V>, Stale> {
+        self.put_cond(key, value, ttl, cond, false)
+            .map_err(|_| Stale)
+    }
+
+    /// [`put_slow`](Self::put_slow), which hands back what it did not
+    /// store: when `cond` failed, and, if `give_back`, when the bound
+    /// refused the value (then nothing is published for it).
+    pub(super) fn put_cond(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        cond: PutIf<'_, K, V>,
+        give_back: bool,
+    ) -> Result<Option<V>, NotStored<K, V>> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(&key);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
@@ -135,8 +163,13 @@ where
                     PutIf::Commit {
                         keep: Some(_),
                         live_until: Some(d),
-                    } if now > d => return Err(Stale),
+                    } if now > d => return Err(Self::stale(&mut kv)),
                     PutIf::Commit { .. } => {}
+                    PutIf::Seen(seen) => {
+                        if shard.live_write(hash, key, now) != seen {
+                            return Err(Self::stale(&mut kv));
+                        }
+                    }
                 }
                 let deadline = match cond {
                     PutIf::Commit { keep: Some(d), .. } => d,
@@ -152,6 +185,11 @@ where
                     &mut out,
                     due_elsewhere,
                 );
+                if give_back && matches!(outcome, PutOutcome::Refused) {
+                    // The refused value is the last thing the shard pushed
+                    // out (`Shard::put_bounded`).
+                    kv = out.take_last().map(|r| (r.key, r.value));
+                }
                 if matches!(outcome, PutOutcome::Inserted | PutOutcome::Overwrote(_)) {
                     inner.note_due(hash, shard.evictable_at(deadline));
                 }
@@ -166,6 +204,10 @@ where
                 inner.leave_all(std::mem::replace(&mut out, shard::Out::new()), now);
             }
             return Ok(match outcome {
+                PutOutcome::Refused if give_back => {
+                    let (key, value) = kv.take().expect("a refused put gets its value back");
+                    return Err(NotStored::Refused(key, value));
+                }
                 PutOutcome::Inserted | PutOutcome::Refused => None,
                 PutOutcome::Overwrote(old) => inner.leave(old, now),
                 PutOutcome::NoRoom { need, candidate } => {
@@ -186,6 +228,9 @@ where
                         // value).
                         Room::Refused => {
                             let (key, value) = kv.take().expect("a refused put keeps its value");
+                            if give_back {
+                                return Err(NotStored::Refused(key, value));
+                            }
                             let door = Door::Size;
                             inner.leave(
                                 Removed {
@@ -204,10 +249,16 @@ where
         }
     }
 
+    /// What a put whose condition failed hands back.
+    fn stale(kv: &mut Option<(K, V)>) -> NotStored<K, V> {
+        let (key, value) = kv.take().expect("a put holds its key and value");
+        NotStored::Stale(key, value)
+    }
+
     /// Wakes the eviction thread (if any) to plan again. After unlocking.
     #[inline]
     pub(super) fn kick_if(&self, kick: Option<u64>) {
-        if let (Some(at), Some(_)) = (kick, &self.evictor) {
+        if let (Some(at), Some(_)) = (kick, &self.owner.evictor) {
             self.inner.signal.kick(at);
         }
     }

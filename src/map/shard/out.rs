@@ -55,6 +55,11 @@ impl<K, V> Out<K, V> {
     pub(crate) fn is_empty(&self) -> bool {
         self.first.is_none()
     }
+
+    /// Takes back the last entry pushed.
+    pub(crate) fn take_last(&mut self) -> Option<Removed<K, V>> {
+        self.rest.pop().or_else(|| self.first.take())
+    }
 }
 
 impl<K, V> Sink<K, V> for Out<K, V> {
