@@ -77,12 +77,24 @@
 //! An empty map costs no wake-ups at all. Each pass evicts in bounded batches,
 //! releasing the shard lock between them. With the thread running and not
 //! starved, an entry is evicted no later than deadline + interval + precision
-//! (1 ms). Dropping the map stops the thread and joins it, except when the
-//! drop runs on that thread itself (a value's `Drop` owning the last handle).
+//! (1 ms). [`ExpireMap`] is a cheap handle (`Clone`); dropping the last
+//! handle stops the thread and joins it, except when the drop runs on that
+//! thread itself (a value's `Drop` owning the last handle).
 //!
 //! With a [`ManualClock`], [`ManualClock::advance`] wakes the thread, so
 //! background eviction follows virtual time; [`ExpireMap::evict_expired`] and
 //! [`ExpireMap::next_expiry`] drive a map without a thread.
+//!
+//! # The map's own expiry
+//!
+//! Calls that name no TTL ([`insert`](ExpireMap::insert),
+//! [`try_insert`](ExpireMap::try_insert), and moka's loaders
+//! [`get_with`](ExpireMap::get_with), [`try_get_with`](ExpireMap::try_get_with),
+//! [`optionally_get_with`](ExpireMap::optionally_get_with) and their forms)
+//! use the map's: an [`Expiry`] policy's TTL from the key and value
+//! ([`Builder::expire_after`]), else [`Builder::time_to_live`], else none.
+//! The policy runs outside every lock. A zero from it stores nothing and
+//! expires a live entry of the key; a zero `ttl` given to `put` is ignored.
 //!
 //! # Events and lag
 //!

@@ -118,6 +118,11 @@ fn count_gets(gets: u64) {
     if std::env::var_os("LOOKUP_LOOP_STATS").is_some() {
         builder = builder.record_stats(true);
     }
+    // LOOKUP_LOOP_EXPIRY: a map with an `Expiry` policy (which a get
+    // never runs).
+    if std::env::var_os("LOOKUP_LOOP_EXPIRY").is_some() {
+        builder = builder.expire_after(HourPolicy);
+    }
     // LOOKUP_LOOP_BOUNDED=s: a full `max_entries(10^5)` map of `s` shards
     // read cache-aside over 2 x 10^5 keys (a get, and on a miss a put,
     // which pushes an entry out or is refused): the cost of an operation
@@ -130,6 +135,8 @@ fn count_gets(gets: u64) {
     }
     let em = builder.build();
     let load = std::env::var_os("LOOKUP_LOOP_LOAD").is_some();
+    // LOOKUP_LOOP_GET_WITH: the gets are `get_with` hits.
+    let get_with = std::env::var_os("LOOKUP_LOOP_GET_WITH").is_some();
     // LOOKUP_LOOP_EXACT: the gets are `get_with_ttl` (the exact clock).
     let exact = std::env::var_os("LOOKUP_LOOP_EXACT").is_some();
     // LOOKUP_LOOP_PUT: the operations are `put`s overwriting held keys (a
@@ -158,6 +165,13 @@ fn count_gets(gets: u64) {
         }
         return;
     }
+    if get_with {
+        for _ in 0..gets {
+            let k = mix64(rng.next_u64() % KEYS);
+            black_box(em.get_with(k, || unreachable!()));
+        }
+        return;
+    }
     if async_hit {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         for _ in 0..gets {
@@ -181,6 +195,15 @@ fn count_gets(gets: u64) {
     }
     for _ in 0..gets {
         black_box(em.get(&mix64(rng.next_u64() % KEYS)));
+    }
+}
+
+/// An hour for every entry, as an [`expiremap::Expiry`] policy.
+struct HourPolicy;
+
+impl expiremap::Expiry<u64, u64> for HourPolicy {
+    fn expire_after_create(&self, _: &u64, _: &u64) -> Option<Duration> {
+        Some(TTL)
     }
 }
 
