@@ -7,7 +7,7 @@
 //! (`crate::unwind`).
 
 use super::shard::{self, Door, Removed, Shard};
-use super::{Cause, EVICT_BATCH, Event, Inner};
+use super::{Cause, EVICT_BATCH, Event, ExpireMap, Inner};
 use crate::broadcast::{self, SubscribeError};
 use crate::clock::Time;
 use crate::sync::{self, AtomicBool, Ordering, RwLock};
@@ -72,6 +72,19 @@ where
             .as_ref()
             .filter(|s| s.receiver_count() > 0)
             .cloned()
+    }
+}
+
+/// A second handle to the same map (two reference-count increments): what
+/// one handle writes, every other reads. The eviction thread stops, is
+/// joined, and the live entries are published as [`Cause::Shutdown`] when
+/// the last handle is dropped, as moka's and quick_cache's `Cache` do.
+impl<K, V, S> Clone for ExpireMap<K, V, S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            owner: self.owner.clone(),
+        }
     }
 }
 

@@ -147,19 +147,6 @@ pub struct ExpireMap<K, V, S = ahash::RandomState> {
     owner: Arc<doors::Owner<K, V, S>>,
 }
 
-/// A second handle to the same map (two reference-count increments): what
-/// one handle writes, every other reads. The eviction thread stops, is
-/// joined, and the live entries are published as [`Cause::Shutdown`] when
-/// the last handle is dropped, as moka's and quick_cache's `Cache` do.
-impl<K, V, S> Clone for ExpireMap<K, V, S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            owner: self.owner.clone(),
-        }
-    }
-}
-
 /// One shard behind its own cache-padded lock.
 type ShardLock<K, V> = CachePadded<RwLock<Shard<K, V>>>;
 
@@ -318,8 +305,10 @@ where
     /// Inserts or overwrites `key` with `value`, live for `ttl` from now
     /// (deadline inclusive). Returns the previous value if it was still live.
     ///
-    /// A zero `ttl` is ignored: nothing changes and `None` is returned. A `ttl`
-    /// too large to represent saturates to the largest deadline. Overwriting
+    /// **A zero `ttl` is ignored**: nothing changes, `None` is returned, and
+    /// a live value of `key` stays readable (to store something already
+    /// expired, let an [`Expiry`] policy say zero, or `remove` the key). A
+    /// `ttl` too large to represent saturates to the largest deadline. Overwriting
     /// an entry already past its deadline hands the old value to the
     /// `Expired` door (published as [`Cause::Expired`]) and returns `None`.
     pub fn put(&self, key: K, value: V, ttl: Duration) -> Option<V> {
