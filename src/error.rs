@@ -41,6 +41,8 @@ pub enum BuildError {
     TimeToIdle(Duration),
     /// `time_to_live` must be above zero.
     TimeToLive(Duration),
+    /// `refresh_after` must be above zero.
+    RefreshAfter(Duration),
     /// The eviction thread could not be spawned.
     Spawn(String),
 }
@@ -88,6 +90,9 @@ impl fmt::Display for BuildError {
             }
             Self::TimeToLive(d) => {
                 write!(f, "invalid time_to_live: {d:?} (must be above zero)")
+            }
+            Self::RefreshAfter(d) => {
+                write!(f, "invalid refresh_after: {d:?} (must be above zero)")
             }
             Self::Spawn(e) => write!(f, "could not spawn the eviction thread: {e}"),
         }

@@ -96,6 +96,12 @@
 //! The policy runs outside every lock. A zero from it stores nothing and
 //! expires a live entry of the key; a zero `ttl` given to `put` is ignored.
 //!
+//! With [`Builder::refresh_after`], a loader call that finds a value
+//! written more than `d` ago returns it and reloads the key (one reload per
+//! key at a time, in that call or on a [`Builder::refresh_spawner`]), so a
+//! key read through a loader is reloaded before it expires instead of
+//! missing at its deadline.
+//!
 //! # Events and lag
 //!
 //! By default only evictions are published (`Expired`, `Shutdown`);

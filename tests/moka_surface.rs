@@ -248,22 +248,24 @@ fn racing_inserts_with_an_update_policy_each_see_the_entry_they_replace() {
 #[test]
 fn try_get_with_shares_one_arc_of_a_non_clone_error() {
     let map: ExpireMap<u32, u32> = ExpireMap::new();
-    let started = Barrier::new(2);
-    let release = Barrier::new(2);
-    let loads = AtomicUsize::new(0);
+    let started = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let loads = Arc::new(AtomicUsize::new(0));
     let (first, second) = thread::scope(|s| {
+        let (l, st, r) = (loads.clone(), started.clone(), release.clone());
         let loader = s.spawn(|| {
-            map.try_get_with(1, || {
-                loads.fetch_add(1, Ordering::SeqCst);
-                started.wait();
-                release.wait();
+            map.try_get_with(1, move || {
+                l.fetch_add(1, Ordering::SeqCst);
+                st.wait();
+                r.wait();
                 Err(std::io::Error::other("down"))
             })
         });
         started.wait();
+        let l = loads.clone();
         let waiter = s.spawn(|| {
-            map.try_get_with(1, || {
-                loads.fetch_add(1, Ordering::SeqCst);
+            map.try_get_with(1, move || {
+                l.fetch_add(1, Ordering::SeqCst);
                 Ok::<u32, std::io::Error>(1)
             })
         });
@@ -294,13 +296,14 @@ fn try_get_with_shares_one_arc_of_a_non_clone_error() {
 #[test]
 fn optionally_get_with_hands_none_to_its_waiters() {
     let map: ExpireMap<u32, u32> = ExpireMap::new();
-    let started = Barrier::new(2);
-    let loads = AtomicUsize::new(0);
+    let started = Arc::new(Barrier::new(2));
+    let loads = Arc::new(AtomicUsize::new(0));
     let results = thread::scope(|s| {
+        let (l, st) = (loads.clone(), started.clone());
         let loader = s.spawn(|| {
-            map.optionally_get_with(1, || {
-                loads.fetch_add(1, Ordering::SeqCst);
-                started.wait();
+            map.optionally_get_with(1, move || {
+                l.fetch_add(1, Ordering::SeqCst);
+                st.wait();
                 thread::sleep(Duration::from_millis(50));
                 None
             })
@@ -308,9 +311,10 @@ fn optionally_get_with_hands_none_to_its_waiters() {
         started.wait();
         let waiters: Vec<_> = (0..3)
             .map(|_| {
+                let l = loads.clone();
                 s.spawn(|| {
-                    map.optionally_get_with(1, || {
-                        loads.fetch_add(1, Ordering::SeqCst);
+                    map.optionally_get_with(1, move || {
+                        l.fetch_add(1, Ordering::SeqCst);
                         None
                     })
                 })
@@ -344,7 +348,7 @@ fn async_forms_share_a_flight_on_a_current_thread_runtime() {
             tasks.push(tokio::spawn(async move {
                 match i % 3 {
                     0 => {
-                        map.get_with_async(1, async {
+                        map.get_with_async(1, async move {
                             loads.fetch_add(1, Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             7
@@ -352,7 +356,7 @@ fn async_forms_share_a_flight_on_a_current_thread_runtime() {
                         .await
                     }
                     1 => map
-                        .try_get_with_async(1, async {
+                        .try_get_with_async(1, async move {
                             loads.fetch_add(1, Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             Ok::<_, std::io::Error>(7)
@@ -360,7 +364,7 @@ fn async_forms_share_a_flight_on_a_current_thread_runtime() {
                         .await
                         .unwrap(),
                     _ => map
-                        .optionally_get_with_async(1, async {
+                        .optionally_get_with_async(1, async move {
                             loads.fetch_add(1, Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             Some(7)

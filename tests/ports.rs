@@ -99,7 +99,8 @@ mod proxy_after {
         }
 
         pub fn get(&self, url: &str) -> Response {
-            self.cache.get_with(url.to_string(), || fetch(url))
+            let url = url.to_string();
+            self.cache.get_with(url.clone(), move || fetch(&url))
         }
     }
 }
@@ -356,7 +357,9 @@ mod rpc_after {
         }
 
         pub fn call(&self, method: &str) -> Result<String, Arc<std::io::Error>> {
-            self.cache.try_get_with(method.to_string(), || rpc(method))
+            let method = method.to_string();
+            self.cache
+                .try_get_with(method.clone(), move || rpc(&method))
         }
     }
 }

@@ -3,7 +3,8 @@
 //! eviction thread, the last of two clones dropped on two threads, two `evict_expired` callers racing a `remove`, the
 //! capacity bound under concurrent puts and eviction, the map-wide bound
 //! taking room from another shard,
-//! `get_or_insert_with`'s hand-off to waiters, racing reads recording
+//! `get_or_insert_with`'s hand-off to waiters, refresh ahead's reload racing
+//! a put and the entry's expiry, racing reads recording
 //! their accesses for idle expiry, reads and updates at an entry's
 //! idle deadline, updates of one key running `f` once each and ordered
 //! against puts of the key, and `retain`'s per-entry conflict detection.
@@ -814,5 +815,83 @@ fn retain_applies_its_verdict_beside_a_write_of_another_key() {
         assert_eq!((map.get(&1), map.get(&2)), (None, Some(20)));
         // Key 2 may have been shown too, if it was put before the walk.
         assert!(asked <= 2, "{asked}");
+    });
+}
+
+/// A map over `clock` whose values are reloaded after 45 s of a 60 s TTL
+/// (refresh ahead), with one shard and no eviction thread.
+fn refreshing_map(clock: &ManualClock) -> ExpireMap<u32, u32, Fixed> {
+    ExpireMap::builder()
+        .hasher(Fixed::default())
+        .clock(clock.clone())
+        .shards(1)
+        .background_eviction(false)
+        .time_to_live(Duration::from_secs(60))
+        .refresh_after(Duration::from_secs(45))
+        .build()
+}
+
+/// A reload racing a `put` of its key. The caller that found the stale
+/// value gets it (1); the put stands at the end whatever the order: before
+/// the reload began (the entry is fresh again, nothing reloads), during it
+/// (the reload's value loses), or after it (it overwrites).
+#[test]
+fn a_reload_racing_a_put_never_overwrites_it() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map = refreshing_map(&clock);
+        map.get_with(1, || 1);
+        clock.advance(Duration::from_secs(46));
+        let writer = {
+            let map = map.clone();
+            thread::spawn(move || map.put(1, 3, Duration::from_secs(60)))
+        };
+        let got = map.get_with(1, || 2);
+        writer.join().unwrap();
+        assert!(got == 1 || got == 3, "{got}");
+        assert_eq!(map.get(&1), Some(3));
+    });
+}
+
+/// A reload racing the entry's expiry and eviction, and a caller that then
+/// misses. Whatever the order, the key is loaded at most once more than
+/// the reload (the miss waits for the reload's flight, hits its value, or
+/// loads before the reload could start, which then finds a fresh value and
+/// does not run), and that caller gets what the map holds at the end.
+#[test]
+fn a_reload_racing_expiry_hands_its_value_to_the_next_miss() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map = refreshing_map(&clock);
+        map.get_with(1, || 1);
+        clock.advance(Duration::from_secs(46));
+        let loads = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let missing = {
+            let (map, clock, loads) = (map.clone(), clock.clone(), loads.clone());
+            thread::spawn(move || {
+                clock.advance(Duration::from_secs(20));
+                map.evict_expired();
+                map.get_with(1, move || {
+                    loads.fetch_add(1, Ordering::SeqCst);
+                    9
+                })
+            })
+        };
+        let l = loads.clone();
+        let found = map.get_with(1, move || {
+            l.fetch_add(1, Ordering::SeqCst);
+            2
+        });
+        let missed = missing.join().unwrap();
+        assert!(found == 1 || found == 9 || found == 2, "{found}");
+        assert!(loads.load(Ordering::SeqCst) <= 2);
+        assert_eq!(map.get(&1), Some(missed), "found {found}");
+        if missed == 2 {
+            assert_eq!(
+                loads.load(Ordering::SeqCst),
+                1,
+                "the miss waited for the reload"
+            );
+        }
     });
 }

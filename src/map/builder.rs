@@ -1,11 +1,14 @@
 //! [`Builder`] and its validated [`Config`].
 
+use super::refresh::Spawner;
 use super::{ExpireMap, Expiry, Time};
 use crate::clock::{Clock, SystemClock};
 pub use crate::error::BuildError;
 use std::fmt;
+use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +54,8 @@ pub(crate) struct Config {
     pub(crate) record_stats: bool,
     /// The TTL of [`ExpireMap::insert`] (`Duration::MAX`: no expiry).
     pub(crate) time_to_live: Duration,
+    /// Refresh ahead: a loading call reloads a value older than this (ns).
+    pub(crate) refresh: Option<u64>,
 }
 
 /// Weighs an entry for [`Builder::max_weight`]; runs outside every lock.
@@ -94,6 +99,8 @@ pub struct Builder<K, V, S = ahash::RandomState> {
     record_stats: bool,
     weigher: Option<Weigher<K, V>>,
     expiry: Option<Arc<dyn Expiry<K, V>>>,
+    refresh_after: Option<Duration>,
+    spawner: Option<Spawner>,
     _marker: PhantomData<fn(K, V)>,
 }
 
@@ -117,6 +124,8 @@ impl<K, V> Builder<K, V> {
             record_stats: false,
             weigher: None,
             expiry: None,
+            refresh_after: None,
+            spawner: None,
             _marker: PhantomData,
         }
     }
@@ -173,6 +182,8 @@ impl<K, V, S> Builder<K, V, S> {
             record_stats: self.record_stats,
             weigher: self.weigher,
             expiry: self.expiry,
+            refresh_after: self.refresh_after,
+            spawner: self.spawner,
             _marker: PhantomData,
         }
     }
@@ -380,6 +391,84 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
+    /// Refresh ahead (Caffeine's `refreshAfterWrite`): a loading call
+    /// ([`get_with`](ExpireMap::get_with), [`get_or_insert_with`](ExpireMap::get_or_insert_with)
+    /// and their kin) that finds a live value written more than `d` ago
+    /// returns it and starts one reload of the key with its own loader, so
+    /// a key read through a loader is reloaded before its deadline instead
+    /// of missing at it. One reload per key at a time (the key's single
+    /// flight); every other caller gets the current value without waiting.
+    /// The reload's value replaces the entry unless a write of the key
+    /// (`put`, `remove`, ...) came meanwhile, which wins; a reload that
+    /// fails or panics keeps the current value, and a later call tries
+    /// again. Where the reload runs: see
+    /// [`refresh_spawner`](Self::refresh_spawner). Plain reads (`get`) never
+    /// refresh. [`Stats`](crate::Stats) counts reloads and their failures.
+    /// 8 bytes per entry (the time of its last write), only in maps that
+    /// use it. [`try_build`](Self::try_build) rejects a zero `d`.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map: ExpireMap<&str, u32> = ExpireMap::builder()
+    ///     .clock(clock.clone())
+    ///     .time_to_live(Duration::from_secs(60))
+    ///     .refresh_after(Duration::from_secs(45))
+    ///     .build();
+    /// assert_eq!(map.get_with("rate", || 1), 1);
+    /// clock.advance(Duration::from_secs(50));
+    /// // Older than 45 s: the current value, and a reload (here, in this call).
+    /// assert_eq!(map.get_with("rate", || 2), 1);
+    /// assert_eq!(map.get("rate"), Some(2));
+    /// assert_eq!(map.ttl("rate"), Some(Duration::from_secs(60)));
+    /// assert_eq!(map.stats().refreshes, 1);
+    /// ```
+    pub fn refresh_after(mut self, d: Duration) -> Self {
+        self.refresh_after = Some(d);
+        self
+    }
+
+    /// Where the reloads of [`refresh_after`](Self::refresh_after) run: each
+    /// is handed to `spawn` as a boxed future (shaped for `tokio::spawn`;
+    /// a blocking loader's reload is a future that completes on its first
+    /// poll, so any executor, or a thread that polls it once, will do), and
+    /// the call that found the old value returns it at once. Used by the
+    /// loaders whose closure or future is `Send + 'static` (moka's names:
+    /// [`get_with`](ExpireMap::get_with) and kin); the loaders that take a
+    /// `ttl` (`get_or_insert_with` and kin), whose closures may borrow, and
+    /// every loader in a map without a spawner, run the reload in the call
+    /// that found the old value, after which it returns that value.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// // A reload on a thread of its own (a pool would do the same).
+    /// let map: ExpireMap<u32, u32> = ExpireMap::builder()
+    ///     .refresh_after(Duration::from_secs(30))
+    ///     .refresh_spawner(|reload| {
+    ///         std::thread::spawn(move || {
+    ///             use std::task::{Context, Poll, Waker};
+    ///             let mut reload = reload;
+    ///             let mut cx = Context::from_waker(Waker::noop());
+    ///             while reload.as_mut().poll(&mut cx) == Poll::Pending {
+    ///                 std::thread::yield_now();
+    ///             }
+    ///         });
+    ///     })
+    ///     .build();
+    /// assert_eq!(map.get_with(1, || 10), 10);
+    /// ```
+    pub fn refresh_spawner(
+        mut self,
+        spawn: impl Fn(Pin<Box<dyn Future<Output = ()> + Send>>) + Send + Sync + 'static,
+    ) -> Self {
+        self.spawner = Some(Arc::new(spawn));
+        self
+    }
+
     fn config(&self) -> Result<Config, BuildError> {
         let mut shards = match self.shards {
             Some(n) => n,
@@ -428,7 +517,13 @@ impl<K, V, S> Builder<K, V, S> {
             Some(d) => d,
             None => Duration::MAX,
         };
+        let refresh = match self.refresh_after {
+            Some(d) if d.is_zero() => return Err(BuildError::RefreshAfter(d)),
+            Some(d) => Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            None => None,
+        };
         Ok(Config {
+            refresh,
             time_to_live,
             shards,
             interval: self.interval.as_nanos() as u64,
@@ -464,6 +559,7 @@ where
             self.hasher,
             self.weigher.take(),
             self.expiry.take(),
+            self.spawner.take(),
         )
     }
 
@@ -495,6 +591,8 @@ impl<K, V, S> fmt::Debug for Builder<K, V, S> {
             .field("max_weight", &self.max_weight)
             .field("weigher", &self.weigher.is_some())
             .field("expire_after", &self.expiry.is_some())
+            .field("refresh_after", &self.refresh_after)
+            .field("refresh_spawner", &self.spawner.is_some())
             .field("time_to_idle", &self.idle)
             .field("time_to_live", &self.time_to_live)
             .field("record_stats", &self.record_stats)

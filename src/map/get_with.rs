@@ -7,6 +7,7 @@
 
 use super::ExpireMap;
 use super::expiry::Ttl;
+use super::refresh::Look;
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,6 +35,12 @@ where
     /// [`get_or_insert_with`](Self::get_or_insert_with), which takes the
     /// TTL per call. A hit costs what `get` costs.
     ///
+    /// `init` is `Send + 'static` because with
+    /// [`refresh_after`](super::Builder::refresh_after) and a
+    /// [`refresh_spawner`](super::Builder::refresh_spawner) the reload it
+    /// makes may run after this call returns (move what it needs into it);
+    /// `get_or_insert_with` takes any closure and reloads in the caller.
+    ///
     /// ```
     /// use expiremap::{ExpireMap, ManualClock};
     /// use std::time::Duration;
@@ -47,9 +54,14 @@ where
     /// assert_eq!(users.get_with(7, || unreachable!()), "ada"); // a hit
     /// assert_eq!(users.ttl(&7), Some(Duration::from_secs(60)));
     /// ```
-    pub fn get_with(&self, key: K, init: impl FnOnce() -> V) -> V {
-        if let Some(v) = self.get(&key) {
-            return v;
+    pub fn get_with(&self, key: K, init: impl FnOnce() -> V + Send + 'static) -> V {
+        match self.look(&key) {
+            Look::Hit(v) => return v,
+            Look::Stale(v) => {
+                self.refresh_spawned(key, Ttl::Own, move || Ok::<V, Infallible>(init()));
+                return v;
+            }
+            Look::Miss => {}
         }
         match self.load(key, Ttl::Own, || Ok::<V, Infallible>(init())) {
             Ok(v) => v,
@@ -68,13 +80,19 @@ where
     /// assert_eq!(lens.get_with_by_ref("four", || 4), 4);
     /// assert_eq!(lens.get_with_by_ref("four", || unreachable!()), 4);
     /// ```
-    pub fn get_with_by_ref<Q>(&self, key: &Q, init: impl FnOnce() -> V) -> V
+    pub fn get_with_by_ref<Q>(&self, key: &Q, init: impl FnOnce() -> V + Send + 'static) -> V
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(v) = self.get(key) {
-            return v;
+        match self.look(key) {
+            Look::Hit(v) => return v,
+            Look::Stale(v) => {
+                let init = move || Ok::<V, Infallible>(init());
+                self.refresh_spawned(key.to_owned(), Ttl::Own, init);
+                return v;
+            }
+            Look::Miss => {}
         }
         match self.load(key.to_owned(), Ttl::Own, || Ok::<V, Infallible>(init())) {
             Ok(v) => v,
@@ -101,12 +119,21 @@ where
     /// assert_eq!(map.get(&1), None);
     /// assert_eq!(map.try_get_with(1, || Ok::<_, std::io::Error>("one".to_string())).unwrap(), "one");
     /// ```
-    pub fn try_get_with<E>(&self, key: K, init: impl FnOnce() -> Result<V, E>) -> Result<V, Arc<E>>
+    pub fn try_get_with<E>(
+        &self,
+        key: K,
+        init: impl FnOnce() -> Result<V, E> + Send + 'static,
+    ) -> Result<V, Arc<E>>
     where
         E: Send + Sync + 'static,
     {
-        if let Some(v) = self.get(&key) {
-            return Ok(v);
+        match self.look(&key) {
+            Look::Hit(v) => return Ok(v),
+            Look::Stale(v) => {
+                self.refresh_spawned(key, Ttl::Own, move || init().map_err(Arc::new));
+                return Ok(v);
+            }
+            Look::Miss => {}
         }
         self.load(key, Ttl::Own, || init().map_err(Arc::new))
     }
@@ -124,9 +151,18 @@ where
     /// assert_eq!(map.get(&1), None);
     /// assert_eq!(map.optionally_get_with(1, || Some("one".to_string())).as_deref(), Some("one"));
     /// ```
-    pub fn optionally_get_with(&self, key: K, init: impl FnOnce() -> Option<V>) -> Option<V> {
-        if let Some(v) = self.get(&key) {
-            return Some(v);
+    pub fn optionally_get_with(
+        &self,
+        key: K,
+        init: impl FnOnce() -> Option<V> + Send + 'static,
+    ) -> Option<V> {
+        match self.look(&key) {
+            Look::Hit(v) => return Some(v),
+            Look::Stale(v) => {
+                self.refresh_spawned(key, Ttl::Own, move || init().ok_or(NoValue));
+                return Some(v);
+            }
+            Look::Miss => {}
         }
         self.load(key, Ttl::Own, || init().ok_or(NoValue)).ok()
     }
@@ -152,10 +188,18 @@ where
     /// ```
     pub async fn get_with_async<F>(&self, key: K, init: F) -> V
     where
-        F: Future<Output = V>,
+        F: Future<Output = V> + Send + 'static,
     {
-        if let Some(v) = self.get(&key) {
-            return v;
+        match self.look(&key) {
+            Look::Hit(v) => return v,
+            Look::Stale(v) => {
+                let init = async { Ok::<V, Infallible>(init.await) };
+                if let Some(here) = self.refresh_spawned_async(key, Ttl::Own, init) {
+                    here.await;
+                }
+                return v;
+            }
+            Look::Miss => {}
         }
         let init = async { Ok::<V, Infallible>(init.await) };
         match self.load_async(key, Ttl::Own, init).await {
@@ -185,11 +229,19 @@ where
     /// ```
     pub async fn try_get_with_async<F, E>(&self, key: K, init: F) -> Result<V, Arc<E>>
     where
-        F: Future<Output = Result<V, E>>,
+        F: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        if let Some(v) = self.get(&key) {
-            return Ok(v);
+        match self.look(&key) {
+            Look::Hit(v) => return Ok(v),
+            Look::Stale(v) => {
+                let init = async { init.await.map_err(Arc::new) };
+                if let Some(here) = self.refresh_spawned_async(key, Ttl::Own, init) {
+                    here.await;
+                }
+                return Ok(v);
+            }
+            Look::Miss => {}
         }
         let init = async { init.await.map_err(Arc::new) };
         self.load_async(key, Ttl::Own, init).await
@@ -212,10 +264,18 @@ where
     /// ```
     pub async fn optionally_get_with_async<F>(&self, key: K, init: F) -> Option<V>
     where
-        F: Future<Output = Option<V>>,
+        F: Future<Output = Option<V>> + Send + 'static,
     {
-        if let Some(v) = self.get(&key) {
-            return Some(v);
+        match self.look(&key) {
+            Look::Hit(v) => return Some(v),
+            Look::Stale(v) => {
+                let init = async { init.await.ok_or(NoValue) };
+                if let Some(here) = self.refresh_spawned_async(key, Ttl::Own, init) {
+                    here.await;
+                }
+                return Some(v);
+            }
+            Look::Miss => {}
         }
         let init = async { init.await.ok_or(NoValue) };
         self.load_async(key, Ttl::Own, init).await.ok()

@@ -5,6 +5,7 @@
 
 use super::expiry::Ttl;
 use super::flight;
+use super::refresh::Look;
 use super::{ExpireMap, PutIf};
 use crate::sync::Arc;
 use std::borrow::Borrow;
@@ -249,8 +250,13 @@ where
         E: Clone + Send + Sync + 'static,
     {
         // A hit or a miss, counted once.
-        if let Some(v) = self.get(&key) {
-            return Ok(v);
+        match self.look(&key) {
+            Look::Hit(v) => return Ok(v),
+            Look::Stale(v) => {
+                self.refresh_here(key, Ttl::Given(ttl), init);
+                return Ok(v);
+            }
+            Look::Miss => {}
         }
         self.load(key, Ttl::Given(ttl), init)
     }
@@ -314,8 +320,13 @@ where
         E: Clone + Send + Sync + 'static,
     {
         // A hit or a miss, counted once.
-        if let Some(v) = self.get(key) {
-            return Ok(v);
+        match self.look(key) {
+            Look::Hit(v) => return Ok(v),
+            Look::Stale(v) => {
+                self.refresh_here(key.to_owned(), Ttl::Given(ttl), init);
+                return Ok(v);
+            }
+            Look::Miss => {}
         }
         self.load(key.to_owned(), Ttl::Given(ttl), init)
     }
@@ -464,8 +475,13 @@ where
         E: Clone + Send + Sync + 'static,
     {
         // A hit or a miss, counted once.
-        if let Some(v) = self.get(&key) {
-            return Ok(v);
+        match self.look(&key) {
+            Look::Hit(v) => return Ok(v),
+            Look::Stale(v) => {
+                self.refresh_here_async(key, Ttl::Given(ttl), init).await;
+                return Ok(v);
+            }
+            Look::Miss => {}
         }
         self.load_async(key, Ttl::Given(ttl), init).await
     }

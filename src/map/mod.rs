@@ -56,6 +56,7 @@ mod iter;
 mod load;
 mod policy;
 mod read;
+mod refresh;
 mod shard;
 mod stats;
 mod table;
@@ -189,6 +190,11 @@ struct Inner<K, V, S> {
     weigher: Option<Weigher<K, V>>,
     /// The map's own expiry policy (`expiry`); runs before the shard lock.
     expiry: Option<std::sync::Arc<dyn Expiry<K, V>>>,
+    /// Where refresh ahead's reloads run, if not in the caller (`refresh`).
+    spawner: Option<refresh::Spawner>,
+    /// Reloads started, and those that failed (`refresh`).
+    refreshes: AtomicU64,
+    refresh_failures: AtomicU64,
     /// `Inner::shutdown`, captured where the trait bounds hold, so that the
     /// bound-free `Drop` can call it.
     finish: fn(&Inner<K, V, S>),
@@ -232,6 +238,7 @@ where
         hasher: S,
         weigher: Option<Weigher<K, V>>,
         expiry: Option<std::sync::Arc<dyn Expiry<K, V>>>,
+        spawner: Option<refresh::Spawner>,
     ) -> Result<Self, BuildError> {
         let now = clock.now();
         let budget = config.bound.map(|cap| Arc::new(Budget::new(cap)));
@@ -252,6 +259,9 @@ where
                 }
                 if let Some(idle) = config.idle {
                     shard = shard.idle(idle);
+                }
+                if config.refresh.is_some() {
+                    shard = shard.tracking_writes();
                 }
                 CachePadded::new(RwLock::new(shard))
             })
@@ -282,6 +292,9 @@ where
             reads,
             weigher,
             expiry,
+            spawner,
+            refreshes: AtomicU64::new(0),
+            refresh_failures: AtomicU64::new(0),
             finish: Inner::shutdown,
         });
         let mut owner = doors::Owner::new(inner.clone());

@@ -283,6 +283,13 @@ impl<K, V> Shard<K, V> {
         self
     }
 
+    /// This shard, which keeps when each entry's value was written (for
+    /// refresh ahead). For a new, empty shard.
+    pub(crate) fn tracking_writes(mut self) -> Self {
+        self.entries.slab.nodes.tracks_born = true;
+        self
+    }
+
     /// This shard's budget, share and whether it is weighted, to make
     /// another like it.
     fn bound_config(&self) -> Option<(crate::sync::Arc<Budget>, u64, bool)> {
@@ -386,7 +393,15 @@ impl<K, V> Shard<K, V> {
     {
         let slab = &self.entries.slab;
         let index = self.table.find_from(home, hash as u32, is_key(slab, key))?;
-        // SAFETY: the table holds only live indices (slab invariant).
+        Some(self.found_at::<HIT>(index))
+    }
+
+    /// What a lookup that found the table's index `index` hands back.
+    #[inline(always)]
+    fn found_at<const HIT: bool>(&self, index: u32) -> Found<'_, V> {
+        let slab = &self.entries.slab;
+        // SAFETY: the caller took `index` from the table, which holds only
+        // live indices (slab invariant).
         let node = unsafe { slab.live(index) };
         if HIT && self.entries.bound.is_some() {
             node.hit();
@@ -394,14 +409,14 @@ impl<K, V> Shard<K, V> {
         // SAFETY: as above; a live node's `kv` is initialised.
         let value = &unsafe { node.kv.assume_init_ref() }.1;
         if slab.nodes.tracks_idle {
-            return Some(self.found_idle(index, value));
+            return self.found_idle(index, value);
         }
-        Some(Found {
+        Found {
             value,
             deadline: node.deadline,
             write: node.deadline,
             idle: None,
-        })
+        }
     }
 
     /// [`get_from`](Self::get_from) in a shard without idle expiry, where
@@ -501,6 +516,7 @@ impl<K, V> Shard<K, V> {
         now: u64,
     ) -> Removed<K, V> {
         self.changes.wrote(index);
+        self.entries.slab.nodes.set_born(index, now);
         let old_deadline = self.entries.slab.live_until(index);
         let sched = self.entries.slab.written(index, deadline, Some(now));
         let node = &mut self.entries.slab.nodes[index as usize];
@@ -628,6 +644,20 @@ impl<K, V> Shard<K, V> {
         Some(sched)
     }
 
+    /// The entry for `key` as a loading call with refresh ahead sees it:
+    /// what [`get_from`](Self::get_from) finds, and when its value was
+    /// written. Only in a shard that tracks write times.
+    #[inline]
+    pub(crate) fn get_born<Q>(&self, home: Home, hash: u64, key: &Q) -> Option<(Found<'_, V>, u64)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let slab = &self.entries.slab;
+        let index = self.table.find_from(home, hash as u32, is_key(slab, key))?;
+        Some((self.found_at::<true>(index), slab.nodes.born(index)))
+    }
+
     /// The write deadline of the live entry for `key` at `now`, if any
     /// (not an access).
     pub(crate) fn live_write<Q>(&self, hash: u64, key: &Q, now: u64) -> Option<u64>
@@ -737,6 +767,9 @@ impl<K, V> Shard<K, V> {
         }
         if let Some(idle) = idle {
             fresh = fresh.idle(idle);
+        }
+        if self.entries.slab.nodes.tracks_born {
+            fresh = fresh.tracking_writes();
         }
         // Flights and watchers concern keys, not entries: they stay.
         fresh.flights = std::mem::take(&mut self.flights);

@@ -118,6 +118,13 @@ pub struct Stats {
     pub passes: u64,
     /// Times the background thread woke from a wait. An idle map adds none.
     pub wakeups: u64,
+    /// Reloads started by refresh ahead
+    /// ([`Builder::refresh_after`](super::Builder::refresh_after)).
+    pub refreshes: u64,
+    /// Reloads that failed: their loader returned an error or `None`,
+    /// panicked, or was dropped before it ended. The value they would have
+    /// replaced stays.
+    pub refresh_failures: u64,
 }
 
 impl<K, V, S> super::ExpireMap<K, V, S>
@@ -153,6 +160,8 @@ where
             evicted: self.inner.evicted.load(Ordering::Relaxed),
             passes: s.passes.load(Ordering::Relaxed),
             wakeups: s.wakeups.load(Ordering::Relaxed),
+            refreshes: self.inner.refreshes.load(Ordering::Relaxed),
+            refresh_failures: self.inner.refresh_failures.load(Ordering::Relaxed),
         }
     }
 }

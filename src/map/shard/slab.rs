@@ -98,6 +98,11 @@ pub(super) struct Nodes<K, V> {
     pub(super) idle: Vec<Vec<Idle>>,
     /// Whether `idle` is kept.
     pub(super) tracks_idle: bool,
+    /// A map with refresh ahead's write times: when each entry's value was
+    /// last written (same shape as `hashes`); empty in every other map.
+    pub(super) born: Vec<Vec<u64>>,
+    /// Whether `born` is kept.
+    pub(super) tracks_born: bool,
     pub(super) len: usize,
     /// Most nodes this slab will hold (a bounded shard's entry bound), so
     /// that its last chunk is allocated no larger than needed.
@@ -111,6 +116,8 @@ impl<K, V> Nodes<K, V> {
             hashes: Vec::new(),
             idle: Vec::new(),
             tracks_idle: false,
+            born: Vec::new(),
+            tracks_born: false,
             len: 0,
             limit: usize::MAX,
         }
@@ -156,6 +163,24 @@ impl<K, V> Nodes<K, V> {
         unsafe { self.idle.get_unchecked(chunk).get_unchecked(at) }
     }
 
+    /// When node `index`'s value was last written. Only in a shard that
+    /// tracks write times (refresh ahead).
+    #[inline]
+    pub(super) fn born(&self, index: u32) -> u64 {
+        let (chunk, at) = Self::split(index as usize);
+        self.born[chunk][at]
+    }
+
+    /// Records that node `index`'s value was written at `now`, if the
+    /// shard tracks write times.
+    #[inline]
+    pub(super) fn set_born(&mut self, index: u32, now: u64) {
+        if self.tracks_born {
+            let (chunk, at) = Self::split(index as usize);
+            self.born[chunk][at] = now;
+        }
+    }
+
     /// Nodes ever pushed (live and vacant).
     #[inline]
     pub(super) fn len(&self) -> usize {
@@ -163,7 +188,7 @@ impl<K, V> Nodes<K, V> {
     }
 
     /// Appends a node with hash bits `h32`; its index is the old `len()`.
-    pub(super) fn push(&mut self, node: Node<K, V>, h32: u32, idle: Idle) {
+    pub(super) fn push(&mut self, node: Node<K, V>, h32: u32, idle: Idle, born: u64) {
         let chunk = self.len >> CHUNK_BITS;
         if chunk == self.chunks.len() {
             // A hint only: a chunk past `limit` grows like a `Vec` to CHUNK.
@@ -174,11 +199,17 @@ impl<K, V> Nodes<K, V> {
             if self.tracks_idle {
                 self.idle.push(Vec::with_capacity(cap));
             }
+            if self.tracks_born {
+                self.born.push(Vec::with_capacity(cap));
+            }
         }
         self.chunks[chunk].push(node);
         self.hashes[chunk].push(h32);
         if self.tracks_idle {
             self.idle[chunk].push(idle);
+        }
+        if self.tracks_born {
+            self.born[chunk].push(born);
         }
         self.len += 1;
     }
@@ -450,11 +481,12 @@ impl<K, V> Entries<K, V> {
                 let (chunk, at) = Nodes::<K, V>::split(index as usize);
                 self.slab.nodes.idle[chunk][at] = Idle::new(write, now);
             }
+            self.slab.nodes.set_born(index, now);
             index
         } else {
             // < NIL, checked above.
             let index = self.slab.nodes.len() as u32;
-            self.slab.nodes.push(node, h32, Idle::new(write, now));
+            self.slab.nodes.push(node, h32, Idle::new(write, now), now);
             index
         };
         let tick = self.slab.tick_for(deadline);
