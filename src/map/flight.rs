@@ -44,8 +44,7 @@
 //!   each asking for the other's key), the caller panics, naming the
 //!   threads, instead of parking for ever.
 
-use super::shard::Shard;
-use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, thread, unmodeled};
 use std::any::Any;
 use std::borrow::Borrow;
 use std::future::Future;
@@ -256,6 +255,16 @@ where
     }
 }
 
+/// Where flights are registered: the map's shard lock, over the shard's
+/// list of its keys' flights (see `load`). This room knows it only by this
+/// trait, so that it needs nothing of the shard's.
+pub(crate) trait Registry<K, V> {
+    /// Takes `flight` out of the list under the write lock, if it is there,
+    /// and returns it so that the caller drops it after the lock is
+    /// released.
+    fn unregister(&self, flight: &Arc<Flight<K, V>>) -> Option<Arc<Flight<K, V>>>;
+}
+
 /// Ends a flight when dropped: unregisters it from its shard (under the
 /// shard's write lock), then records the value given to
 /// [`done`](Self::done) (none: it failed, unwound, or was an update) and
@@ -264,14 +273,14 @@ pub(crate) struct FlightGuard<'a, K, V> {
     pub(crate) flight: Arc<Flight<K, V>>,
     value: Option<V>,
     error: Option<SharedError>,
-    /// The lock of the shard the flight is registered in.
-    lock: &'a RwLock<Shard<K, V>>,
+    /// Where the flight is registered (`Sync`, so that an async loader's
+    /// future, which holds the guard, is `Send`).
+    lock: &'a (dyn Registry<K, V> + Sync),
 }
 
 impl<'a, K, V> FlightGuard<'a, K, V> {
-    /// Guards `flight`, which the caller has just registered in the shard
-    /// behind `lock`.
-    pub(crate) fn new(flight: Arc<Flight<K, V>>, lock: &'a RwLock<Shard<K, V>>) -> Self {
+    /// Guards `flight`, which the caller has just registered in `lock`.
+    pub(crate) fn new(flight: Arc<Flight<K, V>>, lock: &'a (dyn Registry<K, V> + Sync)) -> Self {
         Self {
             flight,
             value: None,
@@ -293,15 +302,8 @@ impl<'a, K, V> FlightGuard<'a, K, V> {
 
 impl<K, V> Drop for FlightGuard<'_, K, V> {
     fn drop(&mut self) {
-        let mut shard = self.lock.write();
-        let at = shard
-            .flights
-            .iter()
-            .position(|f| Arc::ptr_eq(f, &self.flight));
         // This guard holds another handle: no key is dropped under the lock.
-        let registered = at.map(|i| shard.flights.swap_remove(i));
-        drop(shard);
-        drop(registered);
+        drop(self.lock.unregister(&self.flight));
         let mut state = self.flight.state.lock();
         let ended = match (self.value.take(), self.error.take()) {
             (Some(v), _) => State::Done(v),

@@ -3,9 +3,10 @@
 //! and end are in `flight`; this room holds what a loading call does
 //! around them (look, begin, run `init` with no lock held, store).
 
-use super::flight;
+use super::flight::{self, Flight};
+use super::shard::Shard;
 use super::{ExpireMap, PutIf};
-use crate::sync::Arc;
+use crate::sync::{Arc, RwLock};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
@@ -34,6 +35,16 @@ pub enum Update<V> {
     /// Store this value with the entry's current deadline (Redis `SET ...
     /// KEEPTTL`). Shown no live entry, it stores nothing.
     SetKeepTtl(V),
+}
+
+/// A key's flights are registered in its shard, under the shard's write
+/// lock (see `flight`).
+impl<K, V> flight::Registry<K, V> for RwLock<Shard<K, V>> {
+    fn unregister(&self, flight: &Arc<Flight<K, V>>) -> Option<Arc<Flight<K, V>>> {
+        let mut shard = self.write();
+        let at = shard.flights.iter().position(|f| Arc::ptr_eq(f, flight))?;
+        Some(shard.flights.swap_remove(at))
+    }
 }
 
 impl<K, V, S> ExpireMap<K, V, S>

@@ -35,7 +35,7 @@
 //! | `read` | the read path under the read lock, idle-expiry confirmation | `shard`, `Time` |
 //! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `shard`, `flight`, `doors` |
 //! | `load` | the loading surface (`get_or_insert_with` and kin, `update`) | `flight`, `write`, `read` |
-//! | `flight` | one flight per key: registration, waits, the cycle check | the shard lock it is given |
+//! | `flight` | one flight per key: registration, waits, the cycle check | the `Registry` it is given (the shard lock) |
 //! | `doors` | where values leave: event routing, `clear`, shutdown | `broadcast`, `unwind` |
 //! | `evictor` | the eviction thread: its wake-ups and passes | `shard`, `doors` |
 //! | `iter` | iteration and `retain` over locked spans | `shard`, `doors` |
@@ -58,25 +58,6 @@ mod shard;
 mod stats;
 mod table;
 mod write;
-
-/// Hints the CPU to start loading the cache line of `value`.
-#[inline]
-fn prefetch_line<T>(value: &T) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = std::ptr::from_ref(value).cast::<i8>();
-        // SAFETY: a prefetch is only a hint: it never faults and has no
-        // effect on memory, whatever the address (here a valid reference).
-        // `unsafe` is needed before Rust 1.87 made the intrinsic safe.
-        #[allow(unused_unsafe)]
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p);
-        }
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    let _ = value;
-}
 
 pub use builder::{
     BuildError, Builder, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
