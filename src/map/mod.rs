@@ -545,8 +545,10 @@ where
         let Some(budget) = &inner.budget else {
             return self.len() as u64;
         };
-        let held: u64 = inner.shards.iter().map(|s| s.read().weight()).sum();
-        held.min(budget.cap)
+        // Read one shard after another: the sum may pass the bound (even
+        // `u64::MAX`) while entries come and go.
+        let held = inner.shards.iter().map(|s| s.read().weight());
+        held.fold(0, u64::saturating_add).min(budget.cap)
     }
 
     /// `true` if no entry is held (see [`len`](Self::len)).

@@ -14,3 +14,4 @@ mod panicking_drop_in_publish;
 mod time_read_under_lock;
 mod update_conflicts_per_shard;
 mod walk_chases_new_keys;
+mod weight_near_u64_max;
