@@ -138,11 +138,12 @@ struct Inner<K, V, S> {
     budget: Option<Arc<Budget>>,
     /// Where the next `room_elsewhere` starts looking.
     room_cursor: AtomicUsize,
-    /// In a bounded map, per shard: no entry of it is evictable before this
-    /// time (clock ns; `u64::MAX`: none known). A lower bound, lowered by
-    /// bounded puts and made exact by `room_elsewhere`, each under the
-    /// shard's write lock; read without it, to find expired entries in
-    /// other shards before a full map evicts live ones. Not padded: it is
+    /// In a bounded map, per shard: no entry of it has a deadline (its
+    /// effective one, idle-capped) before this time (clock ns; `u64::MAX`:
+    /// none known), so none is expired until the clock passes it. A lower
+    /// bound, lowered by writes and made exact by `room_elsewhere`, each
+    /// under the shard's write lock; read without it, to find expired
+    /// entries in other shards before a full map evicts live ones. Not padded: it is
     /// written rarely (a put lowers it only for an entry evictable earlier
     /// than any the shard held) and read whole by every put that makes
     /// room, so eight shards to a cache line make that read 8 lines at 64
@@ -434,8 +435,8 @@ where
             let (mut shard, now) = inner.write_key(hash, key, false);
             let deadline = now.saturating_add(nanos(ttl));
             let timer = shard.touch(hash, key, deadline, now, cond);
-            if timer.is_some() {
-                inner.note_due(hash, shard.evictable_at(deadline));
+            if let Some(t) = timer {
+                inner.note_due(hash, t);
             }
             (
                 timer.is_some(),

@@ -8,6 +8,7 @@ mod concurrent_evict;
 mod drop_in_publish;
 mod drop_under_lock_in_iter;
 mod eq_panic_in_put;
+mod expired_elsewhere_first;
 mod load_cycle;
 mod load_keyed_by_hash;
 mod panicking_drop_in_publish;
