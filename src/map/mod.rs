@@ -16,8 +16,8 @@
 //!   code under a lock at all, and catches panics from user `Drop` code it
 //!   runs.
 //! * Loads and updates in flight are registered in their key's shard,
-//!   under its write lock (`flight`: one flight per key, waits that never
-//!   close a cycle).
+//!   under its write lock (`flight`: a load and an update per key at
+//!   most, waits that never close a cycle).
 //! * The eviction thread and the shards meet only through
 //!   [`Signal`](evictor::Signal) and the shard locks; its loop and passes
 //!   live in `evictor`, with the wake-up protocol.
@@ -35,7 +35,7 @@
 //! | `read` | the read path under the read lock, idle-expiry confirmation | `shard`, `Time` |
 //! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `shard`, `flight`, `doors` |
 //! | `load` | the loading surface (`get_or_insert_with` and kin, `update`) | `flight`, `write`, `read` |
-//! | `flight` | one flight per key: registration, waits, the cycle check | the `Registry` it is given (the shard lock) |
+//! | `flight` | a key's flights: registration, waits, the cycle check | the `Registry` it is given (the shard lock) |
 //! | `doors` | where values leave: event routing, `clear`, shutdown | `broadcast`, `unwind` |
 //! | `evictor` | the eviction thread: its wake-ups and passes | `shard`, `doors` |
 //! | `iter` | iteration and `retain` over locked spans | `shard`, `doors` |

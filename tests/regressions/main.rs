@@ -13,6 +13,7 @@ mod load_cycle;
 mod load_keyed_by_hash;
 mod panicking_drop_in_publish;
 mod time_read_under_lock;
+mod update_beside_a_load;
 mod update_conflicts_per_shard;
 mod walk_chases_new_keys;
 mod weight_near_u64_max;
