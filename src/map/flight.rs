@@ -219,7 +219,7 @@ impl<K, V: Clone> Future for WaitAsync<'_, K, V> {
 fn of_key<'a, K, V, Q>(
     flights: &'a [Arc<Flight<K, V>>],
     hash: u64,
-    key: &'a Q,
+    key: &Q,
 ) -> impl Iterator<Item = &'a Arc<Flight<K, V>>>
 where
     K: Borrow<Q>,
@@ -236,7 +236,7 @@ where
 pub(crate) fn find<'a, K, V, Q>(
     flights: &'a [Arc<Flight<K, V>>],
     hash: u64,
-    key: &'a Q,
+    key: &Q,
 ) -> Option<&'a Arc<Flight<K, V>>>
 where
     K: Borrow<Q>,
