@@ -3,7 +3,7 @@
 //! [`Sender::new`](crate::broadcast::Sender::new). Runtime errors stay with
 //! what returns them (`broadcast::{RecvError, SubscribeError, ...}`).
 
-use crate::map::{
+use crate::limits::{
     MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS, MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL,
     MIN_PRECISION,
 };

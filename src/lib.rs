@@ -301,6 +301,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+mod limits;
 mod sync;
 mod unwind;
 

@@ -1,7 +1,10 @@
 //! loom models of the async receive's waker hand-off
 //! (`expiremap::broadcast`'s "Async receives: the waker protocol"): a
 //! publish or close racing a task going to sleep, and a receive given up
-//! while registered. A lost wake-up is a deadlock report from loom's
+//! while registered; and of async loads beside other callers of their
+//! key: a cancelled loader handing over, a waker registered as a load
+//! completes, and an `update` (with a `put` behind it) going first past a
+//! load in flight. A lost wake-up is a deadlock report from loom's
 //! `block_on`, or a failed assertion on a hand-made waker's flag.
 //! See `../README.md` for what each model checks and how long it takes.
 
@@ -244,5 +247,86 @@ fn a_waker_registered_as_the_load_completes_is_woken() {
         }));
         assert_eq!((v, loader.join().unwrap()), (5, 5));
         assert_eq!(inits.load(SeqCst), 1);
+    });
+}
+
+/// An `init` that is pending on its first poll and done on its second,
+/// with `value`: polled by hand, it stays in flight until the model lets
+/// it finish.
+async fn second_poll(value: u32) -> u32 {
+    let mut polled = false;
+    std::future::poll_fn(|_| {
+        if std::mem::replace(&mut polled, true) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    value
+}
+
+/// An `update` of a key races an async load of it, polled once by the
+/// model's thread, whose `init` can only finish when that thread polls it
+/// again after the update returned. The update never waits for the load
+/// (it would wait for ever: loom reports the deadlock): it goes first and
+/// its value stands; the load returns its own value (not stored), or the
+/// update's if it came second.
+#[test]
+fn an_update_goes_first_past_an_async_load_of_its_key() {
+    model(|| {
+        let map = loading_map();
+        let updater = {
+            let map = map.clone();
+            thread::spawn(move || {
+                map.update(1, |seen| {
+                    assert_eq!(seen, None, "nothing stored before");
+                    expiremap::Update::Set(2, HOUR)
+                })
+            })
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut load = pin!(map.get_or_insert_with_async(1, HOUR, second_poll(1)));
+        let first = load.as_mut().poll(&mut cx);
+        assert_eq!(updater.join().unwrap(), Some(2));
+        let loaded = match first {
+            Poll::Ready(v) => v,
+            Poll::Pending => match load.as_mut().poll(&mut cx) {
+                Poll::Ready(v) => v,
+                Poll::Pending => panic!("the update is over and init can finish"),
+            },
+        };
+        assert!(loaded == 1 || loaded == 2, "{loaded}");
+        assert_eq!(map.get(&1), Some(2), "the update's value stands");
+    });
+}
+
+/// A key has an async load in flight (its `init` pending for ever) when an
+/// `update` adding one races a `put` of 100: the update registers beside
+/// the load, and the put waits for the update (it does not stop at marking
+/// the load): it lands before the update's read (101 held) or after its
+/// commit (100 held), never in between. The load's value is never stored.
+#[test]
+fn a_put_waits_for_an_update_running_beside_a_load() {
+    model(|| {
+        let map = loading_map();
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut load = pin!(map.get_or_insert_with_async(1, HOUR, std::future::pending()));
+        assert!(load.as_mut().poll(&mut cx).is_pending(), "loading");
+        let updater = {
+            let map = map.clone();
+            thread::spawn(move || {
+                map.update(1, |seen| {
+                    expiremap::Update::Set(seen.map_or(0, |(v, _)| *v) + 1, HOUR)
+                })
+            })
+        };
+        map.put(1, 100, HOUR);
+        let updated = updater.join().unwrap();
+        let held = map.get(&1);
+        assert!(
+            (updated, held) == (Some(101), Some(101)) || (updated, held) == (Some(1), Some(100)),
+            "{updated:?} {held:?}"
+        );
     });
 }

@@ -4,6 +4,10 @@ use super::refresh::Spawner;
 use super::{ExpireMap, Expiry, Time};
 use crate::clock::{Clock, SystemClock};
 pub use crate::error::BuildError;
+pub use crate::limits::{
+    MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS, MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL,
+    MIN_PRECISION,
+};
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
@@ -20,20 +24,6 @@ pub const DEFAULT_PRECISION: Duration = Duration::from_millis(1);
 pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
 /// Default limit on simultaneous subscribers.
 pub const DEFAULT_MAX_SUBSCRIBERS: usize = 64;
-
-/// Most shards a map may have.
-pub const MAX_SHARDS: usize = 1 << 16;
-/// Shortest allowed eviction interval.
-pub const MIN_EVICTION_INTERVAL: Duration = Duration::from_micros(100);
-/// Finest allowed precision. (It also keeps the timer's tick arithmetic
-/// exact up to the largest deadline.)
-pub const MIN_PRECISION: Duration = Duration::from_micros(1);
-/// Longest allowed eviction interval or precision.
-pub const MAX_PERIOD: Duration = Duration::from_secs(3600);
-/// Largest event ring.
-pub const MAX_EVENT_CAPACITY: usize = 1 << 24;
-/// Most subscribers a map may allow.
-pub const MAX_SUBSCRIBERS: usize = 1 << 12;
 
 /// Validated settings, shared by the map and its eviction thread.
 #[derive(Clone, Debug)]

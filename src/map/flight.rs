@@ -1,6 +1,7 @@
-//! One flight per key: the loads of `ExpireMap::get_or_insert_with` and
-//! the updates of `ExpireMap::update` in flight, and how other callers wait
-//! for them. The loading calls themselves are in `load`.
+//! A key's flights: the loads of `ExpireMap::get_or_insert_with` and the
+//! updates of `ExpireMap::update` in flight (a load and an update per key
+//! at most), and how other callers wait for them. The loading calls
+//! themselves are in `load`.
 //!
 //! # Protocol
 //!
@@ -28,15 +29,25 @@
 //!   call returns the same error type take a clone; the others load), or
 //!   nothing (a panic, a cancellation, an update: waiters look again).
 //! * **Loads** lose to writes: every write of a key (`put`, `remove`,
-//!   `put_if_absent`, `replace`, `expire`, `retain`'s removal; every key
-//!   for `clear`) marks a load of that key as *touched* under the write
-//!   lock, and the loader stores its value under the same lock only if its
-//!   load is untouched. Waiters of a load take its value (a clone).
+//!   `put_if_absent`, `replace`, `expire`, `retain`'s removal, an
+//!   `update`; every key for `clear`) marks a load of that key as
+//!   *touched* under the write lock, and the loader stores its value under
+//!   the same lock only if its load is untouched. Waiters of a load take
+//!   its value (a clone). No write waits for a load: a load may run for as
+//!   long as an async `init` awaits, and its runner may be a task that
+//!   only the waiting thread's runtime would poll.
 //! * **Updates** go first: a write of a key whose update is in flight
 //!   waits (after unlocking) for the update to end, then writes. So an
 //!   update's `f` runs exactly once, on the value its commit replaces
 //!   (eviction, the capacity bound and `clear` do not wait: an entry may
-//!   still expire or be pushed out meanwhile).
+//!   still expire or be pushed out meanwhile). An update's `f` is a plain
+//!   closure run on its caller's thread, so such a wait lasts one `f`.
+//! * **One flight of each kind per key.** A load registers only when its
+//!   key has no flight; an update registers when its key has no update,
+//!   touching a load that runs (see [`claim`]). So a key has at most a
+//!   load and an update in flight, the load registered first and touched.
+//!   [`find`] gives the update first: a loader waits for it, then looks
+//!   again (and hits what it stored, or waits for the load).
 //! * **Waiting never hangs on a cycle.** Before parking, a caller records
 //!   in one process-wide graph which thread's flight it waits for, and
 //!   follows the graph from there: if it leads back to a flight run by the
@@ -44,8 +55,7 @@
 //!   each asking for the other's key), the caller panics, naming the
 //!   threads, instead of parking for ever.
 
-use super::shard::Shard;
-use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, RwLock, thread, unmodeled};
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, thread, unmodeled};
 use std::any::Any;
 use std::borrow::Borrow;
 use std::future::Future;
@@ -205,7 +215,23 @@ impl<K, V: Clone> Future for WaitAsync<'_, K, V> {
     }
 }
 
-/// The flight of `key` among `flights`, if any.
+/// The flights of `key` among `flights` (at most a load and an update).
+fn of_key<'a, K, V, Q>(
+    flights: &'a [Arc<Flight<K, V>>],
+    hash: u64,
+    key: &Q,
+) -> impl Iterator<Item = &'a Arc<Flight<K, V>>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    flights
+        .iter()
+        .filter(move |f| f.hash == hash && f.key.borrow() == key)
+}
+
+/// The flight of `key` among `flights`, if any: its update if one is in
+/// flight, else its load.
 #[inline]
 pub(crate) fn find<'a, K, V, Q>(
     flights: &'a [Arc<Flight<K, V>>],
@@ -216,15 +242,42 @@ where
     K: Borrow<Q>,
     Q: Eq + ?Sized,
 {
-    flights
-        .iter()
-        .find(|f| f.hash == hash && f.key.borrow() == key)
+    let mut found = None;
+    for f in of_key(flights, hash, key) {
+        if f.kind == Kind::Update {
+            return Some(f);
+        }
+        found = Some(f);
+    }
+    found
 }
 
-/// Before a write of `key` under its shard's write lock, with flights in
-/// the shard: marks a load of `key` touched (the write wins), or returns
-/// the update of `key` in flight, which the writer waits for (after
-/// unlocking) before it writes.
+/// What a write of `key` (an update's registration included) does first,
+/// under its shard's write lock: marks a load of `key` touched (the write
+/// wins, and is never made to wait for a load), and returns the update of
+/// `key` in flight, if any, which the writer waits for (after unlocking)
+/// before it writes.
+pub(crate) fn claim<K, V, Q>(
+    flights: &[Arc<Flight<K, V>>],
+    hash: u64,
+    key: &Q,
+) -> Option<Arc<Flight<K, V>>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    let mut update = None;
+    for f in of_key(flights, hash, key) {
+        match f.kind {
+            Kind::Load => f.touch(),
+            Kind::Update => update = Some(f.clone()),
+        }
+    }
+    update
+}
+
+/// [`claim`] for a write other than an update's registration, with
+/// flights in the shard.
 ///
 /// # Panics
 ///
@@ -240,20 +293,22 @@ where
     K: Borrow<Q>,
     Q: Eq + ?Sized,
 {
-    let flight = find(flights, hash, key)?;
-    match flight.kind {
-        Kind::Load => {
-            flight.touch();
-            None
-        }
-        Kind::Update => {
-            assert!(
-                !flight.is_mine(),
-                "expiremap: update's f wrote its own key, which would wait for the update itself"
-            );
-            Some(flight.clone())
-        }
-    }
+    let update = claim(flights, hash, key)?;
+    assert!(
+        !update.is_mine(),
+        "expiremap: update's f wrote its own key, which would wait for the update itself"
+    );
+    Some(update)
+}
+
+/// Where flights are registered: the map's shard lock, over the shard's
+/// list of its keys' flights (see `load`). This room knows it only by this
+/// trait, so that it needs nothing of the shard's.
+pub(crate) trait Registry<K, V> {
+    /// Takes `flight` out of the list under the write lock, if it is there,
+    /// and returns it so that the caller drops it after the lock is
+    /// released.
+    fn unregister(&self, flight: &Arc<Flight<K, V>>) -> Option<Arc<Flight<K, V>>>;
 }
 
 /// Ends a flight when dropped: unregisters it from its shard (under the
@@ -264,14 +319,14 @@ pub(crate) struct FlightGuard<'a, K, V> {
     pub(crate) flight: Arc<Flight<K, V>>,
     value: Option<V>,
     error: Option<SharedError>,
-    /// The lock of the shard the flight is registered in.
-    lock: &'a RwLock<Shard<K, V>>,
+    /// Where the flight is registered (`Sync`, so that an async loader's
+    /// future, which holds the guard, is `Send`).
+    lock: &'a (dyn Registry<K, V> + Sync),
 }
 
 impl<'a, K, V> FlightGuard<'a, K, V> {
-    /// Guards `flight`, which the caller has just registered in the shard
-    /// behind `lock`.
-    pub(crate) fn new(flight: Arc<Flight<K, V>>, lock: &'a RwLock<Shard<K, V>>) -> Self {
+    /// Guards `flight`, which the caller has just registered in `lock`.
+    pub(crate) fn new(flight: Arc<Flight<K, V>>, lock: &'a (dyn Registry<K, V> + Sync)) -> Self {
         Self {
             flight,
             value: None,
@@ -293,15 +348,8 @@ impl<'a, K, V> FlightGuard<'a, K, V> {
 
 impl<K, V> Drop for FlightGuard<'_, K, V> {
     fn drop(&mut self) {
-        let mut shard = self.lock.write();
-        let at = shard
-            .flights
-            .iter()
-            .position(|f| Arc::ptr_eq(f, &self.flight));
         // This guard holds another handle: no key is dropped under the lock.
-        let registered = at.map(|i| shard.flights.swap_remove(i));
-        drop(shard);
-        drop(registered);
+        drop(self.lock.unregister(&self.flight));
         let mut state = self.flight.state.lock();
         let ended = match (self.value.take(), self.error.take()) {
             (Some(v), _) => State::Done(v),

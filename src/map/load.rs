@@ -4,10 +4,11 @@
 //! around them (look, begin, run `init` with no lock held, store).
 
 use super::expiry::Ttl;
-use super::flight;
+use super::flight::{self, Flight};
 use super::refresh::Look;
+use super::shard::Shard;
 use super::{ExpireMap, PutIf};
-use crate::sync::Arc;
+use crate::sync::{Arc, RwLock};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
@@ -38,6 +39,16 @@ pub enum Update<V> {
     SetKeepTtl(V),
 }
 
+/// A key's flights are registered in its shard, under the shard's write
+/// lock (see `flight`).
+impl<K, V> flight::Registry<K, V> for RwLock<Shard<K, V>> {
+    fn unregister(&self, flight: &Arc<Flight<K, V>>) -> Option<Arc<Flight<K, V>>> {
+        let mut shard = self.write();
+        let at = shard.flights.iter().position(|f| Arc::ptr_eq(f, flight))?;
+        Some(shard.flights.swap_remove(at))
+    }
+}
+
 impl<K, V, S> ExpireMap<K, V, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -51,8 +62,8 @@ where
     ///
     /// If `init` panics, the panic reaches its caller, nothing is stored,
     /// and one of the waiting callers runs its own `init`. The value is
-    /// stored only if no `put`, `put_if_absent`, `remove` or `clear` touched
-    /// the key while `init` ran; otherwise the newer write stands and the
+    /// stored only if no `put`, `put_if_absent`, `remove`, `update` or
+    /// `clear` touched the key while `init` ran; otherwise the newer write stands and the
     /// value is only returned. A zero `ttl` returns the value without
     /// storing it. In a bounded map the value may be refused like any
     /// put's.
@@ -110,6 +121,15 @@ where
     /// stores nothing and returns `None`), the capacity bound, and
     /// [`clear`](Self::clear).
     ///
+    /// An update waits only for another update of `key` (whose `f` runs on
+    /// the thread that called it), never for a load of `key` by
+    /// [`get_or_insert_with`](Self::get_or_insert_with) or its async and
+    /// fallible forms: it is a write of the key, and loads lose to writes.
+    /// It goes ahead at once, and the load's value is returned to its
+    /// callers but not stored. So an update beside an async load of its
+    /// key completes on a current-thread runtime, and blocks no worker for
+    /// the load on a multi-thread one.
+    ///
     /// # Panics
     ///
     /// If `f` panics, the panic reaches the caller and nothing is stored.
@@ -148,8 +168,10 @@ where
             let mut expired = None;
             let found = {
                 let (mut shard, now) = inner.write_now(hash);
-                if let Some(other) = flight::find(&shard.flights, hash, &key) {
-                    Err(other.clone())
+                // A write of the key: a load of it loses (it is touched, and
+                // not waited for); an update of it is waited for.
+                if let Some(other) = flight::claim(&shard.flights, hash, &key) {
+                    Err(other)
                 } else {
                     let found = shard.get_from(shard.start(hash), hash, &key);
                     let idle_expired = found.as_ref().is_some_and(|f| f.idle_expired(now));

@@ -16,8 +16,8 @@
 //!   code under a lock at all, and catches panics from user `Drop` code it
 //!   runs.
 //! * Loads and updates in flight are registered in their key's shard,
-//!   under its write lock (`flight`: one flight per key, waits that never
-//!   close a cycle).
+//!   under its write lock (`flight`: a load and an update per key at
+//!   most, waits that never close a cycle).
 //! * The eviction thread and the shards meet only through
 //!   [`Signal`](evictor::Signal) and the shard locks; its loop and passes
 //!   live in `evictor`, with the wake-up protocol.
@@ -35,7 +35,7 @@
 //! | `read` | the read path under the read lock, idle-expiry confirmation | `shard`, `Time` |
 //! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `shard`, `flight`, `doors` |
 //! | `load` | the loading surface (`get_or_insert_with` and kin, `update`) | `flight`, `write`, `read` |
-//! | `flight` | one flight per key: registration, waits, the cycle check | the shard lock it is given |
+//! | `flight` | a key's flights: registration, waits, the cycle check | the `Registry` it is given (the shard lock) |
 //! | `doors` | where values leave: event routing, `clear`, shutdown | `broadcast`, `unwind` |
 //! | `evictor` | the eviction thread: its wake-ups and passes | `shard`, `doors` |
 //! | `iter` | iteration and `retain` over locked spans | `shard`, `doors` |
@@ -61,25 +61,6 @@ mod shard;
 mod stats;
 mod table;
 mod write;
-
-/// Hints the CPU to start loading the cache line of `value`.
-#[inline]
-fn prefetch_line<T>(value: &T) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = std::ptr::from_ref(value).cast::<i8>();
-        // SAFETY: a prefetch is only a hint: it never faults and has no
-        // effect on memory, whatever the address (here a valid reference).
-        // `unsafe` is needed before Rust 1.87 made the intrinsic safe.
-        #[allow(unused_unsafe)]
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p);
-        }
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    let _ = value;
-}
 
 pub use builder::{
     BuildError, Builder, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
@@ -162,11 +143,12 @@ struct Inner<K, V, S> {
     budget: Option<Arc<Budget>>,
     /// Where the next `room_elsewhere` starts looking.
     room_cursor: AtomicUsize,
-    /// In a bounded map, per shard: no entry of it is evictable before this
-    /// time (clock ns; `u64::MAX`: none known). A lower bound, lowered by
-    /// bounded puts and made exact by `room_elsewhere`, each under the
-    /// shard's write lock; read without it, to find expired entries in
-    /// other shards before a full map evicts live ones. Not padded: it is
+    /// In a bounded map, per shard: no entry of it has a deadline (its
+    /// effective one, idle-capped) before this time (clock ns; `u64::MAX`:
+    /// none known), so none is expired until the clock passes it. A lower
+    /// bound, lowered by writes and made exact by `room_elsewhere`, each
+    /// under the shard's write lock; read without it, to find expired
+    /// entries in other shards before a full map evicts live ones. Not padded: it is
     /// written rarely (a put lowers it only for an entry evictable earlier
     /// than any the shard held) and read whole by every put that makes
     /// room, so eight shards to a cache line make that read 8 lines at 64
@@ -455,8 +437,8 @@ where
             let (mut shard, now) = inner.write_key(hash, key, false);
             let deadline = now.saturating_add(nanos(ttl));
             let timer = shard.touch(hash, key, deadline, now, cond);
-            if timer.is_some() {
-                inner.note_due(hash, shard.evictable_at(deadline));
+            if let Some(t) = timer {
+                inner.note_due(hash, t);
             }
             (
                 timer.is_some(),
@@ -566,8 +548,10 @@ where
         let Some(budget) = &inner.budget else {
             return self.len() as u64;
         };
-        let held: u64 = inner.shards.iter().map(|s| s.read().weight()).sum();
-        held.min(budget.cap)
+        // Read one shard after another: the sum may pass the bound (even
+        // `u64::MAX`) while entries come and go.
+        let held = inner.shards.iter().map(|s| s.read().weight());
+        held.fold(0, u64::saturating_add).min(budget.cap)
     }
 
     /// `true` if no entry is held (see [`len`](Self::len)).

@@ -100,9 +100,11 @@ impl Budget {
         debug_assert!(before >= w, "released more than was reserved");
     }
 
-    /// Whether `w` more would fit now.
+    /// Whether `w` more would fit now (a sum past `u64::MAX` does not, so
+    /// a bound near it still makes room).
     pub(crate) fn fits(&self, w: u64) -> bool {
-        self.used.load(Ordering::Acquire).saturating_add(w) <= self.cap
+        let used = self.used.load(Ordering::Acquire);
+        used.checked_add(w).is_some_and(|n| n <= self.cap)
     }
 
     /// Held plus reserved, now.
@@ -566,6 +568,8 @@ mod tests {
         let huge = Budget::new(u64::MAX);
         assert!(huge.try_reserve(u64::MAX - 1));
         assert!(!huge.try_reserve(2), "no overflow past the cap");
+        assert!(!huge.fits(2), "a sum past u64::MAX does not fit");
+        assert!(huge.fits(1));
         assert!(huge.try_reserve(1));
     }
 }

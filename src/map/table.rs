@@ -26,8 +26,8 @@
 //!
 //! # Ground rules
 //!
-//! * No `unsafe` (a prefetch hint aside, in the parent module) and no user
-//!   code: the table sees only `u32`s. Key equality is
+//! * No `unsafe` but [`prefetch_line`]'s hint (which the slab uses too)
+//!   and no user code: the table sees only `u32`s. Key equality is
 //!   the caller's closure over the slab index, run only for slots whose tag
 //!   matches. The key's 32 hash bits live with the slab node; growth and
 //!   removal ask the caller's `hash_of(index)` for them, never the key.
@@ -48,6 +48,25 @@
 //!   instead of leaving tombstones (Knuth's Algorithm R), so lookups never
 //!   slow down after many removals and the table never needs a rehash in
 //!   place.
+
+/// Hints the CPU to start loading the cache line of `value`.
+#[inline]
+pub(crate) fn prefetch_line<T>(value: &T) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let p = std::ptr::from_ref(value).cast::<i8>();
+        // SAFETY: a prefetch is only a hint: it never faults and has no
+        // effect on memory, whatever the address (here a valid reference).
+        // `unsafe` is needed before Rust 1.87 made the intrinsic safe.
+        #[allow(unused_unsafe)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = value;
+}
 
 /// An empty slot.
 const EMPTY: u32 = u32::MAX;
@@ -224,7 +243,7 @@ impl Table {
     #[inline]
     pub(crate) fn start(&self, h32: u32) -> Home {
         let home = self.home(h32);
-        super::prefetch_line(&self.slots[home]);
+        prefetch_line(&self.slots[home]);
         Home(home)
     }
 

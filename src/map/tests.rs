@@ -115,7 +115,40 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
         }
         s.validate();
         assert_eq!(s.len(), model.len());
+        let floor = s.deadline_floor();
+        assert!(model.values().all(|m| floor <= m.1), "floor {floor}");
     }
+}
+
+/// `deadline_floor`, the map's `due` for a shard: every held deadline is at
+/// or after it, and it is exact while the wheel's next list is short.
+#[test]
+fn the_deadline_floor_is_exact_for_a_short_next_list() {
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 3, 0);
+    assert_eq!(s.deadline_floor(), u64::MAX, "empty");
+    s.put_owned(h(1), 1, 1, u64::MAX, 0);
+    assert_eq!(s.deadline_floor(), u64::MAX, "nothing ever expires");
+    s.put_owned(h(2), 2, 2, 5 * P + 7, 0);
+    s.put_owned(h(3), 3, 3, 5 * P + 3, 0);
+    s.put_owned(h(4), 4, 4, 20 * P, 0);
+    assert_eq!(s.deadline_floor(), 5 * P + 3, "the earliest deadline");
+    // A next list too long to read: the start of the tick its deadlines
+    // lie in.
+    for k in 10..50 {
+        s.put_owned(h(k), k, k, 5 * P + 9, 0);
+    }
+    assert_eq!(s.deadline_floor(), 5 * P);
+    // Entries due on the wheel: 0 until they are evicted.
+    let mut out = Vec::new();
+    assert!(s.evict(6 * P, 1, &mut out).0);
+    assert_eq!(s.deadline_floor(), 0);
+    while s.evict(6 * P, usize::MAX, &mut out).0 {}
+    assert_eq!(s.deadline_floor(), 20 * P);
+    // On a list of a higher level of the wheel (re-placed when time
+    // enters its slot): still the deadline.
+    s.remove(h(4), &4, 6 * P);
+    s.put_owned(h(5), 5, 5, 900 * P + 1, 6 * P);
+    assert_eq!(s.deadline_floor(), 900 * P + 1);
 }
 
 #[test]
@@ -768,5 +801,7 @@ fn an_idle_shard_evicts_at_the_effective_deadline() {
         }
         s.validate();
         assert_eq!(s.len(), model.len());
+        let floor = s.deadline_floor();
+        assert!(model.values().all(|m| floor <= until(m)), "floor {floor}");
     }
 }

@@ -61,10 +61,12 @@ pub(super) const DUE_MIN_NONE: u64 = !DueMin::GENERATION;
 /// generation that every lowering of a `due` moves.
 ///
 /// A put that makes room in a full map asks whether another shard may hold
-/// an expired entry (`due_elsewhere`). While the word's time is ahead of
-/// the clock the answer is no, from one load. Otherwise it reads every
-/// shard's `due`, and if none has come it raises the word's time to the
-/// earliest, by a compare-exchange from the word it read first. A put that
+/// an expired entry (`due_elsewhere`): one whose `due` (a lower bound of
+/// its entries' deadlines) is before the clock. While the word's time is
+/// at or after the clock the answer is no, from one load. Otherwise it
+/// reads every shard's `due`, and if none is before the clock it raises
+/// the word's time to the earliest, by a compare-exchange from the word it
+/// read first. A put that
 /// lowers a `due` meanwhile (`set_due`: store, then a release update of the
 /// word that always changes the generation) makes that exchange fail, so
 /// the word is never raised past a `due` the scan did not see. A scan that
@@ -190,12 +192,15 @@ where
                     // out (`Shard::put_bounded`).
                     kv = out.take_last().map(|r| (r.key, r.value));
                 }
+                // The entry's effective deadline: idle-capped, a write being
+                // an access (later accesses only move it later).
+                let timer = inner.timer_of(deadline, now);
                 if matches!(outcome, PutOutcome::Inserted | PutOutcome::Overwrote(_)) {
-                    inner.note_due(hash, shard.evictable_at(deadline));
+                    inner.note_due(hash, timer);
                 }
                 let kick = matches!(outcome, PutOutcome::Refused | PutOutcome::NoRoom { .. })
                     .not()
-                    .then(|| inner.needs_kick(&shard, inner.timer_of(deadline, now)))
+                    .then(|| inner.needs_kick(&shard, timer))
                     .flatten();
                 (outcome, kick, now, deadline)
             };
@@ -279,7 +284,8 @@ where
     /// lock is released.
     ///
     /// Expired entries go first: a first round visits only the shards
-    /// whose `due` time has come and evicts only what has expired there;
+    /// whose `due` time has passed and evicts only what has expired there
+    /// (due on their wheel, or past its deadline in the tick it lies in);
     /// then, if the room is still not there, the policy's victims.
     #[cold]
     #[inline(never)]
@@ -305,9 +311,8 @@ where
                     let (mut shard, (), now) =
                         self.clock.around(|| lock.write(), |_| (), Time::now);
                     let room = shard.make_room(need, now, None, candidate, live, &mut out);
-                    // Exact again, while the lock is held.
-                    let next = shard.next_wakeup().unwrap_or(u64::MAX);
-                    self.set_due(j, next);
+                    // Exact again (or nearly), while the lock is held.
+                    self.set_due(j, shard.deadline_floor());
                     (room, now)
                 };
                 if !out.is_empty() {
@@ -325,9 +330,10 @@ where
         }
     }
 
-    /// Whether shard `j` may hold an entry evictable at `now`.
+    /// Whether shard `j` may hold an entry expired at `now` (`now` past
+    /// its deadline).
     fn is_due(&self, j: usize, now: u64) -> bool {
-        self.due[j].load(Ordering::Relaxed) <= now
+        self.due[j].load(Ordering::Relaxed) < now
     }
 
     /// Whether a shard other than `hash`'s may hold an expired entry at
@@ -337,14 +343,14 @@ where
     #[inline]
     pub(super) fn due_elsewhere(&self, hash: u64, now: u64) -> bool {
         let seen = self.due_min.load(Ordering::Acquire);
-        if DueMin::time(seen) > now {
+        if DueMin::time(seen) >= now {
             return false;
         }
         self.scan_due(hash, now, seen)
     }
 
     /// [`due_elsewhere`](Self::due_elsewhere) past the word: reads every
-    /// shard's `due`, and if none has come, raises `due_min` to the
+    /// shard's `due`, and if none is before `now`, raises `due_min` to the
     /// earliest (unless a `due` was lowered since `seen` was read).
     #[cold]
     #[inline(never)]
@@ -355,9 +361,9 @@ where
         for (j, due) in self.due.iter().enumerate() {
             let t = due.load(Ordering::Relaxed);
             earliest = earliest.min(t);
-            elsewhere |= j != own && t <= now;
+            elsewhere |= j != own && t < now;
         }
-        if earliest > now {
+        if earliest >= now {
             // Fails if a `due` was lowered after `seen` (the generation
             // moved): then `earliest` may be too late.
             let _ = self.due_min.compare_exchange(
@@ -370,12 +376,16 @@ where
         elsewhere
     }
 
-    /// A bounded put stored an entry evictable at `at` in `hash`'s shard,
-    /// whose write lock the caller holds.
+    /// A write in a bounded map gave an entry of `hash`'s shard, whose write
+    /// lock the caller holds, the effective deadline `at`: its write
+    /// deadline, or with idle expiry no later than the write's time plus
+    /// the idle time (see [`timer_of`](Self::timer_of)). Accesses only move
+    /// an idle deadline later, so `at` stays a lower bound of when the
+    /// entry expires.
     #[inline]
-    pub(super) fn note_due(&self, hash: u64, at: Option<u64>) {
+    pub(super) fn note_due(&self, hash: u64, at: u64) {
         let j = self.shard_index(hash);
-        if let (Some(at), Some(due)) = (at, self.due.get(j)) {
+        if let Some(due) = self.due.get(j) {
             if at < due.load(Ordering::Relaxed) {
                 self.set_due(j, at);
             }

@@ -156,6 +156,16 @@ impl<const R: u32> Lists<R> {
         n
     }
 
+    /// The last tick the list that holds deadline `tick` (after `now()`)
+    /// holds: every node on a later list (a later slot, or a higher level)
+    /// has a later deadline.
+    pub(crate) fn list_end(&self, tick: u64) -> u64 {
+        debug_assert!(tick > self.now);
+        let bit = 63 - (tick ^ self.now).leading_zeros();
+        let below = (bit / R) * R;
+        tick | ((1u64 << below) - 1)
+    }
+
     /// The list a node with `deadline` belongs on, given the current `now`.
     #[inline]
     pub(super) fn list_for(&self, deadline: u64) -> usize {

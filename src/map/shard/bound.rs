@@ -167,6 +167,42 @@ impl<K, V> Shard<K, V> {
         room
     }
 
+    /// A lower bound of every held entry's effective deadline: the map's
+    /// `due` for this shard (no entry can be expired before the clock
+    /// passes it). `u64::MAX` if none ever expires, 0 while the wheel has
+    /// entries due. Exact when the wheel's next list is short (at most
+    /// [`NEXT_TICK_SEARCH`] nodes, whose deadlines it reads), so that a
+    /// shard whose next entries are still live in their deadline's tick is
+    /// not taken for one holding expired ones; otherwise the start of the
+    /// tick before the list's first (a timer's tick is the first that
+    /// starts after its deadline).
+    pub(crate) fn deadline_floor(&self) -> u64 {
+        let w = &self.entries;
+        if w.lists.first_due().is_some() {
+            return 0;
+        }
+        let Some(tick) = w.lists.next_wakeup() else {
+            return u64::MAX;
+        };
+        if tick >= w.slab.never() {
+            return u64::MAX;
+        }
+        // Every timer is on the list of `tick` (the first) or a later one,
+        // whose ticks are past the list's last: their deadlines are at or
+        // after that tick's start. An idle entry's deadline may have moved
+        // on from its timer's: read it.
+        let mut nodes = [0u32; NEXT_TICK_SEARCH + 1];
+        let n = w.lists.list_nodes(&w.slab, tick, &mut nodes);
+        if n > NEXT_TICK_SEARCH {
+            return self.time_of(tick - 1);
+        }
+        let later = self.time_of(w.lists.list_end(tick));
+        nodes[..n]
+            .iter()
+            .map(|&i| w.slab.live_until(i))
+            .fold(later, u64::min)
+    }
+
     fn bound_mut(&mut self) -> &mut Bound {
         self.entries.bound.as_deref_mut().expect("a bounded shard")
     }

@@ -376,8 +376,8 @@ impl<K, V> Links for Slab<K, V> {
     #[inline]
     fn prefetch_node(&self, index: u32) {
         if let Some((node, hash)) = self.nodes.get(index as usize) {
-            crate::map::prefetch_line(node);
-            crate::map::prefetch_line(hash);
+            crate::map::table::prefetch_line(node);
+            crate::map::table::prefetch_line(hash);
         }
     }
 
