@@ -51,14 +51,50 @@ impl fmt::Debug for Config {
     }
 }
 
-/// `url` with its credentials (everything between `://` and the last `@`)
-/// replaced by `***`, for messages and `Debug`.
+/// Query parameters shown as they are in a masked URL; every other
+/// parameter's value (`pass`, `password`, `user`...) is masked.
+const SHOWN_PARAMS: [&str; 2] = ["db", "protocol"];
+
+/// `url` with its secrets masked (`***`), for messages and `Debug`: the
+/// user-info (user and password before an `@`), every query value but
+/// those of [`SHOWN_PARAMS`] (the `redis` crate reads `pass` and `user`
+/// from the query of `redis+unix://` URLs), and a fragment. Masked as the
+/// URL parser of the `redis` crate reads it; a URL that does not parse
+/// keeps only its scheme if it has an `@`, `?` or `#` anywhere (a password
+/// may be what makes it unparsable).
 pub(crate) fn redact(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_string();
+    let Ok(mut u) = url::Url::parse(url) else {
+        if !url.contains(['@', '?', '#']) {
+            return url.to_string();
+        }
+        return match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://***"),
+            None => "***".to_string(),
+        };
     };
-    let start = url.find("://").map_or(0, |i| i + 3).min(at);
-    format!("{}***{}", &url[..start], &url[at..])
+    if (!u.username().is_empty() || u.password().is_some())
+        && (u.set_password(None).is_err() || u.set_username("***").is_err())
+    {
+        return format!("{}://***", u.scheme());
+    }
+    if u.query().is_some() {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if SHOWN_PARAMS.contains(&&*k) {
+                    v.into_owned()
+                } else {
+                    "***".to_string()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    if u.fragment().is_some() {
+        u.set_fragment(Some("***"));
+    }
+    u.into()
 }
 
 impl Config {
@@ -247,4 +283,36 @@ pub(crate) fn handshake(
     }
     read.tcp().set_read_timeout(None).map_err(Error::io)?;
     Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_masks_user_info_query_values_and_fragments() {
+        let cases = [
+            ("redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"),
+            ("redis://u:pw@h:1/0", "redis://***@h:1/0"),
+            ("redis://:pw@h:1", "redis://***@h:1"),
+            ("rediss://u@h:1", "rediss://***@h:1"),
+            (
+                "redis+unix:///tmp/r.sock?db=2&pass=pw&user=u",
+                "redis+unix:///tmp/r.sock?db=2&pass=***&user=***",
+            ),
+            ("unix:///tmp/r.sock?pass=p@w", "unix:///tmp/r.sock?pass=***"),
+            (
+                "redis://h:1?password=pw#frag",
+                "redis://h:1?password=***#***",
+            ),
+            // Unparsable: only the scheme, if anything could be a secret.
+            ("redis://u:pw@h:port", "redis://***"),
+            ("redis://:p?w@h:1", "redis://***"),
+            ("not a url", "not a url"),
+            ("pw@h", "***"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
 }

@@ -602,6 +602,13 @@ impl<K, V> fmt::Debug for Builder<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("url", &connect::redact(&self.url))
+            .field(
+                "seeds",
+                &self
+                    .seeds
+                    .as_ref()
+                    .map(|s| s.iter().map(|u| connect::redact(u)).collect::<Vec<_>>()),
+            )
             .field("prefix", &self.prefix)
             .field("max_entries", &self.max_entries)
             .field("max_near_ttl", &self.max_near_ttl)
