@@ -66,8 +66,12 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         self
     }
 
-    /// How long connecting (TCP, TLS and handshake) may take (default
-    /// 1 s, not zero).
+    /// How long each step of connecting (the TCP connect, the TLS
+    /// handshake, each reply of the handshake) may wait for the server
+    /// (default 1 s, not zero). A server that does not answer in time is
+    /// an [`Error::Connection`] of kind
+    /// [`TimedOut`](std::io::ErrorKind::TimedOut) ([`Error::is_timeout`])
+    /// that names the server and the step, with this timeout.
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = Some(d);
         self
@@ -219,8 +223,9 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
                 Links::Cluster(Cluster::start(cfg, addrs, Arc::clone(&near))?)
             }
             None => {
+                let node = cfg.node();
                 let link = Arc::new(Shared::new(Arc::clone(&near), cfg));
-                let supervisor = link.start()?;
+                let supervisor = link.start().map_err(|e| e.at(&node))?;
                 Links::One {
                     link,
                     supervisor: Mutex::new(Some(supervisor)),
@@ -240,7 +245,9 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
             // On an error, dropping `cache` closes its data connection.
             let ring = broadcast::Sender::new(DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS)
                 .map_err(|e| Error::Config(e.to_string()))?;
-            cache.expirations = Some(Expirations::start(events_cfg, ring)?);
+            let node = events_cfg.node();
+            cache.expirations =
+                Some(Expirations::start(events_cfg, ring).map_err(|e| e.at(&node))?);
         }
         Ok(cache)
     }

@@ -45,7 +45,6 @@ use crate::wire::{ReadHalf, WriteHalf};
 use crate::{CacheKey, CacheValue, codec};
 use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{Parser, Value};
-use std::fmt;
 use std::io;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -267,10 +266,13 @@ impl SlotsConn {
         self.write
             .send(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
             .map_err(Error::io)?;
-        let reply = self
-            .parser
-            .parse_value(&mut self.read)
-            .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+        let reply = self.parser.parse_value(&mut self.read).map_err(|e| {
+            if e.is_timeout() {
+                connect::no_answer("waiting for the reply to CLUSTER SLOTS", Some(self.timeout))
+            } else {
+                Error::connection(io::ErrorKind::InvalidData, &e.to_string())
+            }
+        })?;
         match reply {
             Value::ServerError(e) => Err(Error::Server(format!("CLUSTER SLOTS: {e:?}"))),
             reply => parse_slots(&reply, asked),
@@ -301,7 +303,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
                     break;
                 }
                 Err(e @ Error::Config(_)) => return Err(e),
-                Err(e) => last = e,
+                Err(e) => last = e.at(&format!("cluster node {}:{}", s.0, s.1)),
             }
         }
         let ranges = ranges.ok_or(last)?;
@@ -538,8 +540,8 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
     }
 
     /// Sends with `send` (given the link, and whether to send `ASKING`
-    /// first) and waits for the reply, following a cluster's redirects. A
-    /// cluster's connection errors name their node.
+    /// first) and waits for the reply, following a cluster's redirects.
+    /// Connection errors name their server.
     pub(crate) fn run<T>(
         &self,
         key: &K,
@@ -600,19 +602,11 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         }
     }
 
-    /// A cluster's connection error, with the node it is about.
+    /// A call's connection error, naming the server it is about.
     fn at(&self, e: Error, link: &Shared<K, V>) -> Error {
-        match (self, e) {
-            (Links::Cluster(_), Error::Connection(io)) => {
-                Error::Connection(Arc::new(io::Error::new(
-                    io.kind(),
-                    AtNode {
-                        node: format!("{}:{}", link.cfg.host, link.cfg.port),
-                        cause: io,
-                    },
-                )))
-            }
-            (_, e) => e,
+        match e {
+            Error::Connection(_) => e.at(&link.cfg.node()),
+            e => e,
         }
     }
 
@@ -676,25 +670,6 @@ impl<K, V> Cluster<K, V> {
         for n in nodes {
             n.stop();
         }
-    }
-}
-
-/// A connection error of one node of a cluster.
-#[derive(Debug)]
-struct AtNode {
-    node: String,
-    cause: Arc<io::Error>,
-}
-
-impl fmt::Display for AtNode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cluster node {}: {}", self.node, self.cause)
-    }
-}
-
-impl std::error::Error for AtNode {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.cause)
     }
 }
 

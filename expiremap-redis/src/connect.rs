@@ -148,6 +148,17 @@ impl Config {
         })
     }
 
+    /// The server, as errors name it: `server host:port`, or `cluster node
+    /// host:port`.
+    pub(crate) fn node(&self) -> String {
+        let what = if self.cluster {
+            "cluster node"
+        } else {
+            "server"
+        };
+        format!("{what} {}:{}", self.host, self.port)
+    }
+
     pub(crate) fn ping_every(&self) -> Duration {
         self.staleness / 4
     }
@@ -207,6 +218,9 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
                 stream = Some(s);
                 break;
             }
+            Err(e) if is_timeout(&e) => {
+                last = no_answer("TCP connect", Some(cfg.connect_timeout));
+            }
             Err(e) => last = Error::io(e),
         }
     }
@@ -227,6 +241,27 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
         return wire::tls(stream, config, &cfg.host);
     }
     wire::plain(stream)
+}
+
+/// `true` for the error of a socket read or write that timed out (Unix
+/// says `WouldBlock`, "Resource temporarily unavailable", for a socket
+/// timeout).
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
+/// The error of a step of connecting (or of asking for the slot table)
+/// that got no answer within the connect timeout `t` (a socket's timeout,
+/// `None` if it has none): kind `TimedOut`, so [`Error::is_timeout`].
+pub(crate) fn no_answer(what: &str, t: Option<Duration>) -> Error {
+    let t = t.map_or_else(String::new, |t| format!(" ({t:?})"));
+    Error::connection(
+        io::ErrorKind::TimedOut,
+        &format!("{what}: no answer within the connect timeout{t}"),
+    )
 }
 
 /// `HELLO 3`, with the credentials if any.
@@ -259,13 +294,21 @@ pub(crate) fn handshake(
     for (_, c) in cmds {
         c.write_packed_command(&mut bytes);
     }
-    write.send(&bytes).map_err(Error::io)?;
+    // The connect timeout, which `dial` set as the read timeout.
+    let t = read.tcp().read_timeout().ok().flatten();
+    write.send(&bytes).map_err(|e| match is_timeout(&e) {
+        true => no_answer("sending the handshake", t),
+        false => Error::io(e),
+    })?;
     let mut replies = Vec::with_capacity(cmds.len());
     for (name, _) in cmds {
         let reply = loop {
             let v = parser
                 .parse_value(&mut *read)
-                .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+                .map_err(|e| match e.is_timeout() {
+                    true => no_answer(&format!("waiting for the reply to {name}"), t),
+                    false => Error::connection(io::ErrorKind::InvalidData, &e.to_string()),
+                })?;
             match v {
                 Value::Push {
                     kind: PushKind::Message,

@@ -127,7 +127,11 @@
 //! hits after `S`, but keeps the connection and the near copies, and the
 //! calls made during it get their replies if they come within the call
 //! timeout. A panic of user code on the cache's reader thread (see
-//! *Codec*) never leaves a call waiting either.
+//! *Codec*) never leaves a call waiting either. Connecting waits at most
+//! the connect timeout ([`Builder::connect_timeout`]) for each answer; a
+//! server that gives none is a `TimedOut` error too. Connection errors
+//! name their server (`server host:port: ...`, or `cluster node
+//! host:port: ...`) and a timeout says how long was waited.
 //!
 //! When the connection breaks (server killed, network gone, ping overdue):
 //! near hits stop at once, every call waiting on it fails with
