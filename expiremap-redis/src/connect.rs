@@ -264,6 +264,16 @@ pub(crate) fn no_answer(what: &str, t: Option<Duration>) -> Error {
     )
 }
 
+/// A server's error reply as the server wrote it (`NOPERM this user
+/// has...`, `MOVED 3999 127.0.0.1:7002`), which is also what a cluster's
+/// redirects are read from.
+pub(crate) fn server_error(e: &redis::ServerError) -> String {
+    match e.details() {
+        Some(d) => format!("{} {d}", e.code()),
+        None => e.code().to_string(),
+    }
+}
+
 /// `HELLO 3`, with the credentials if any.
 pub(crate) fn hello(cfg: &Config) -> redis::Cmd {
     let mut hello = redis::cmd("HELLO");
@@ -319,7 +329,7 @@ pub(crate) fn handshake(
         };
         match reply {
             Value::ServerError(e) if !may_fail.contains(name) => {
-                return Err(Error::Server(format!("{name}: {e}")));
+                return Err(Error::Server(format!("{name}: {}", server_error(&e))));
             }
             reply => replies.push(reply),
         }

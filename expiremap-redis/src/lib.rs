@@ -148,8 +148,9 @@
 //! # Redis Cluster
 //!
 //! [`NearCache::cluster_builder`] takes the URLs of some of a cluster's
-//! nodes (the seeds; one that answers is enough) and gives the same
-//! `NearCache`, with the same calls, coherence and staleness bound per key:
+//! nodes (the seeds; one that answers with the slot table is enough) and
+//! gives the same `NearCache`, with the same calls, coherence and staleness
+//! bound per key:
 //!
 //! * The cache asks a seed for the slot table (`CLUSTER SLOTS`) and opens
 //!   one link, exactly the single-server connection above (RESP3, broadcast
@@ -168,14 +169,36 @@
 //! * Topology: a `MOVED` points the slot at the node it names and asks for
 //!   the slot table at once; an `ASK` (a slot in migration) resends the one
 //!   command with `ASKING`; the slot table is also read every second. A
-//!   primary not linked yet is linked when a redirect or the table names it
-//!   (its connect runs on the thread that met it). When the slot table
-//!   changes, every near copy is dropped; when a node's link is lost,
-//!   every near copy is dropped too (as on one server), and calls on that
-//!   node's keys fail with an [`Error::Connection`] that names the node
-//!   (`cluster node host:port: ...`) while the link reconnects; the other
-//!   nodes' keys keep working. A key leaves a node by `MIGRATE`, which
-//!   deletes it there, so that node's invalidation drops its near copy.
+//!   node named without a host (`cluster-preferred-endpoint-type
+//!   unknown-endpoint`: a null host in `CLUSTER SLOTS`, `MOVED 3999
+//!   :7002`; or `?`) is at the host of the node that named it. When the
+//!   slot table changes, every near copy is dropped; when a node's link is
+//!   lost, every near copy is dropped too (as on one server), and calls on
+//!   that node's keys fail with an [`Error::Connection`] that names the
+//!   node (`cluster node host:port: ...`) while the link reconnects; the
+//!   other nodes' keys keep working. A key leaves a node by `MIGRATE`,
+//!   which deletes it there, so that node's invalidation drops its near
+//!   copy.
+//! * Which slot table is taken: an answer that differs from the table in
+//!   use is taken only once a second node answers the same (or no other
+//!   node answers); an empty table never is. So a node removed with
+//!   `redis-cli --cluster del-node`, which keeps running and answers an
+//!   empty table, is not believed: the cache asks another node from then
+//!   on. A read that gives no table to trust keeps the table in use, and
+//!   [`NearCache::last_slot_table_error`] says why until a read succeeds.
+//! * Linking: a primary not linked yet is linked when a redirect or the
+//!   table names it, and its link connects on a thread of its own, never on
+//!   the calling thread nor under a lock of the cache. A call to a node
+//!   whose first connect has not ended waits for it (an async call awaits,
+//!   so a stalled node holds up only the calls that wait on it), at most
+//!   four connect timeouts, then fails with that connect's error, naming
+//!   the node (a node that never answers: [`Error::is_timeout`]). `build`
+//!   needs the slot table from one seed and waits for every primary's
+//!   first connect (in parallel); a primary that cannot be reached (down,
+//!   another password) does not fail it: its keys' calls fail, naming it,
+//!   while its link keeps trying, and no near copy is served meanwhile (see
+//!   the bullet on stalls above). Errors about a node (a refused
+//!   connection, `WRONGPASS`) name it.
 //! * For the other nodes' keys to keep working while a primary is down
 //!   without a replica to replace it, the cluster must be set with
 //!   `cluster-require-full-coverage no` (otherwise every node answers
@@ -189,7 +212,7 @@
 //!   bound: a primary cut off from its cluster but not from this process
 //!   keeps answering pings, so near copies of its keys may be served while
 //!   its replacement takes writes, until it steps down or its link fails.
-//!   Tested on a cluster of three primaries of Redis 7.0.15.
+//!   Tested on clusters of three and four primaries of Redis 7.0.15.
 //!
 //! # Requirements
 //!
@@ -313,6 +336,7 @@ mod link;
 mod nonblocking;
 mod prefix;
 mod reply;
+mod slots;
 mod wire;
 
 pub use builder::Builder;
@@ -568,6 +592,15 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// in their message and as their error's source.
     pub fn last_connect_error(&self) -> Option<Error> {
         self.links.last_error()
+    }
+
+    /// Over a Redis Cluster: why the last read of the slot table gave no
+    /// table to trust (no node answered, nodes disagreed, or a node
+    /// answered an empty table), until a read does; the table in use is
+    /// kept meanwhile. Calls that find no primary for their slot carry it
+    /// in their message. Always `None` for one server.
+    pub fn last_slot_table_error(&self) -> Option<Error> {
+        self.links.table_error()
     }
 
     /// How many connections the cache has made, the first included: one
