@@ -37,7 +37,11 @@
 //!   reached is no error there: its slots' calls fail, naming it, while its
 //!   link keeps trying.
 //! * When the slot table changes, every near copy is dropped (a copy's
-//!   invalidations come from the node that held its key). When a node's
+//!   invalidations come from the node that held its key). A link to a
+//!   node left without slots is stopped once no call waits on it (at most
+//!   the call timeout later), so the calls sent there before the change
+//!   get their replies (a `MOVED`, followed) rather than a lost
+//!   connection. When a node's
 //!   link is lost, its reader drops every near copy, as on one server.
 //! * A near copy is served only while *every* link is fresh (a ping sent
 //!   less than the staleness bound ago answered): then every invalidation
@@ -71,7 +75,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Redirects followed by one call before it fails.
 const MAX_REDIRECTS: usize = 5;
@@ -120,6 +124,10 @@ pub(crate) struct Cluster<K, V> {
     /// Why the last read of the slot table gave no table to trust; `None`
     /// since one did.
     table_error: Mutex<Option<Error>>,
+    /// Links to nodes that lost their slots, with a deadline: stopped
+    /// once no call waits on them (their replies, a `MOVED` or the value,
+    /// are still applied), or at the deadline (the call timeout).
+    retiring: Mutex<Vec<(Node<K, V>, Instant)>>,
     closing: AtomicBool,
     refresher: Mutex<Option<JoinHandle<()>>>,
 }
@@ -180,6 +188,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             linking: Mutex::new(()),
             table_error: Mutex::new(None),
             closing: AtomicBool::new(false),
+            retiring: Mutex::new(Vec::new()),
             refresher: Mutex::new(None),
         });
         // On an error, dropping `c` would leave the linked nodes' threads:
@@ -254,8 +263,10 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
     }
 
     /// Makes `ranges` the slot table: links the primaries not linked yet,
-    /// stops the links to nodes that own no slot any more, and drops every
-    /// near copy if any slot changed hands.
+    /// retires the links to nodes that own no slot any more (stopped once
+    /// no call waits on them: a call sent there before the change gets its
+    /// reply, often a `MOVED`, instead of a lost connection), and drops
+    /// every near copy if any slot changed hands.
     fn apply(&self, ranges: &[Range]) -> Result<(), Error> {
         let mut slots = vec![None; SLOTS];
         for (a, b, addr) in ranges {
@@ -268,7 +279,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             let mut t = write(&self.table);
             let changed = t.slots != slots;
             t.slots = slots;
-            // Links to nodes without slots are stopped; indices shift, so
+            // Links to nodes without slots are retired; indices shift, so
             // the table is rebuilt around the nodes kept.
             let used: Vec<bool> = (0..t.nodes.len())
                 .map(|i| t.slots.contains(&Some(i)))
@@ -292,9 +303,9 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             }
             (changed, idle)
         };
-        for n in idle {
-            n.stop();
-        }
+        let deadline = Instant::now() + self.base.call_timeout;
+        lock(&self.retiring).extend(idle.into_iter().map(|n| (n, deadline)));
+        self.retire(false);
         if changed {
             self.near.clear();
         }
@@ -393,6 +404,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
                 break;
             }
             self.refresh(&mut asked);
+            self.retire(false);
         }
     }
 
@@ -640,6 +652,24 @@ impl<K, V> Cluster<K, V> {
         }
         let nodes = std::mem::take(&mut write(&self.table).nodes);
         for n in nodes {
+            n.stop();
+        }
+        self.retire(true);
+    }
+
+    /// Stops the retiring links that no call waits on, or past their
+    /// deadline (`all`: every one), outside the lock.
+    fn retire(&self, all: bool) {
+        let now = Instant::now();
+        let done: Vec<Node<K, V>> = {
+            let mut r = lock(&self.retiring);
+            let (done, kept) = std::mem::take(&mut *r)
+                .into_iter()
+                .partition(|(n, at)| all || now >= *at || n.link.quiet());
+            *r = kept;
+            done.into_iter().map(|(n, _)| n).collect()
+        };
+        for n in done {
             n.stop();
         }
     }

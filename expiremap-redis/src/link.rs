@@ -788,6 +788,15 @@ impl<K, V> Shared<K, V> {
         self.link.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// `true` if no call waits on this link (pings aside).
+    pub(crate) fn quiet(&self) -> bool {
+        self.link().as_ref().is_none_or(|c| {
+            c.pending
+                .iter()
+                .all(|op| matches!(op, Op::Ping { .. } | Op::Asking))
+        })
+    }
+
     /// Stops the supervisor (which stops the reader); the caller joins it.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);

@@ -1,6 +1,7 @@
 //! Redis Cluster topology as operators change it, on real clusters
 //! (`tests/common/cluster.rs`): a node removed with `redis-cli --cluster
-//! del-node` (it keeps running and answers an empty slot table), nodes
+//! del-node` (it keeps running and answers an empty slot table), a call in
+//! flight to a node that loses its slots, nodes
 //! that name no endpoint (`cluster-preferred-endpoint-type
 //! unknown-endpoint`), a slot table that cannot be read, a stopped node
 //! behind a redirect on a current-thread runtime, a primary down at build,
@@ -99,6 +100,59 @@ fn a_node_removed_with_del_node_does_not_empty_the_slot_table() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_call_in_flight_to_a_node_that_loses_its_slots_gets_its_reply() {
+    let c = Cluster::start(3);
+    let a = Arc::new(
+        NearCache::<String, u64>::cluster_builder(c.urls())
+            .prefix("{lf}:")
+            .staleness_bound(HOUR)
+            .call_timeout(PATIENCE)
+            .build()
+            .unwrap(),
+    );
+    // Written by another cache: `a` holds no near copy, its get is a miss.
+    let b = NearCache::<String, u64>::cluster_builder(c.urls())
+        .prefix("{lf}:")
+        .build()
+        .unwrap();
+    b.put("k".into(), 5, HOUR).unwrap();
+    let x = c.owner(0, c.slot_of(b"{lf}:"));
+    let (y, z) = ((x + 1) % 3, (x + 2) % 3);
+    let slots = c.slots_of(x, x);
+    let y_id = c.id(y);
+    // x stalls with a's get in flight on its link...
+    c.nodes[x].signal("-STOP");
+    let call = {
+        let a = Arc::clone(&a);
+        std::thread::spawn(move || a.get(&"k".to_string()))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // ... while the others hand all its slots to y: the cache takes the
+    // new table, and x's link leaves it.
+    for i in [y, z] {
+        let mut p = redis::pipe();
+        p.atomic();
+        for s in &slots {
+            p.cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(*s)
+                .arg("NODE")
+                .arg(&y_id)
+                .ignore();
+        }
+        let _: () = p.query(&mut c.nodes[i].raw()).unwrap();
+    }
+    eventually("x's link out of the table", || {
+        (a.connections() == 2).then_some(())
+    });
+    // x wakes: the call gets x's reply (the value, or a MOVED to y,
+    // followed), not a lost connection.
+    c.nodes[x].signal("-CONT");
+    let r = call.join().unwrap();
+    assert!(matches!(r, Ok(Some(5) | None)), "{r:?}");
 }
 
 #[test]
