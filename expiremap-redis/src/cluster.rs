@@ -495,8 +495,9 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
     /// first) and waits for the reply, following a cluster's redirects.
     /// A link whose first attempt to connect has not ended is waited for
     /// first (see [`Shared::first_attempt`]); if it ends without a
-    /// connection, the call fails with its error. Errors about a server
-    /// name it.
+    /// connection, the call fails with its error. A link retired by a new
+    /// slot table before the call was sent on it is routed again (each
+    /// such try counts as a redirect). Errors about a server name it.
     pub(crate) fn run<T>(
         &self,
         key: &K,
@@ -508,13 +509,25 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
                 let _ = first.wait();
-                if let Some(e) = link.failure() {
-                    return Err(e.at(&link.cfg.node()));
+                match link.settled() {
+                    Ok(()) => {}
+                    Err(Some(e)) => return Err(e.at(&link.cfg.node())),
+                    Err(None) => {
+                        (link, asking) = (self.first(key, prefix)?, false);
+                        continue;
+                    }
                 }
             }
-            let r = send(&link, asking)
-                .and_then(Receiver::wait)
-                .map_err(|e| self.at(e, &link));
+            let r = match send(&link, asking) {
+                // Retired by a new slot table since it was routed: nothing
+                // was sent; route again.
+                Err(_) if link.closed() => {
+                    (link, asking) = (self.first(key, prefix)?, false);
+                    continue;
+                }
+                sent => sent.and_then(Receiver::wait),
+            }
+            .map_err(|e| self.at(e, &link));
             match self.redirected(r, &link) {
                 ControlFlow::Continue(next) => (link, asking) = next,
                 ControlFlow::Break(done) => return done,
@@ -535,12 +548,21 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
                 let _ = first.await;
-                if let Some(e) = link.failure() {
-                    return Err(e.at(&link.cfg.node()));
+                match link.settled() {
+                    Ok(()) => {}
+                    Err(Some(e)) => return Err(e.at(&link.cfg.node())),
+                    Err(None) => {
+                        (link, asking) = (self.first(key, prefix)?, false);
+                        continue;
+                    }
                 }
             }
             let r = match send(&link, asking) {
                 Ok(rx) => rx.await,
+                Err(_) if link.closed() => {
+                    (link, asking) = (self.first(key, prefix)?, false);
+                    continue;
+                }
                 Err(e) => Err(e),
             }
             .map_err(|e| self.at(e, &link));

@@ -287,17 +287,18 @@ where
         }
     }
 
-    /// Why the link has no connection: the last attempt's error, else
-    /// the error of a call that finds none. `None` while connected.
-    pub(crate) fn failure(&self) -> Option<Error> {
+    /// After a first attempt to connect: `Ok` while connected; else the
+    /// failed attempt's error, or `None` if the link was closed (retired)
+    /// with no attempt failed.
+    pub(crate) fn settled(&self) -> Result<(), Option<Error>> {
         if self.connected() {
-            return None;
+            return Ok(());
         }
-        Some(
-            lock(&self.last_error)
-                .clone()
-                .unwrap_or_else(|| self.down()),
-        )
+        match lock(&self.last_error).clone() {
+            Some(e) => Err(Some(e)),
+            None if self.closed() => Err(None),
+            None => Err(Some(self.down())),
+        }
     }
 
     /// Why the last attempt to connect failed, while the cache is down.
@@ -786,6 +787,11 @@ where
 impl<K, V> Shared<K, V> {
     fn link(&self) -> MutexGuard<'_, Option<Conn<K, V>>> {
         self.link.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `true` once the link is closed (it will not connect again).
+    pub(crate) fn closed(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 
     /// `true` if no call waits on this link (pings aside).
