@@ -35,6 +35,9 @@
 //! | `read` | the read path under the read lock, idle-expiry confirmation | `shard`, `Time` |
 //! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `shard`, `flight`, `doors` |
 //! | `load` | the loading surface (`get_or_insert_with` and kin, `update`) | `flight`, `write`, `read` |
+//! | `get_with` | moka's loaders, with the map's own expiry | `load`, `refresh` |
+//! | `expiry` | the map's own expiry: `insert`, `try_insert`, `try_put` | `write`, `read` |
+//! | `refresh` | refresh ahead: the loaders' first look and their reloads | `flight`, `load` |
 //! | `flight` | a key's flights: registration, waits, the cycle check | the `Registry` it is given (the shard lock) |
 //! | `doors` | where values leave: event routing, `clear`, shutdown | `broadcast`, `unwind` |
 //! | `evictor` | the eviction thread: its wake-ups and passes | `shard`, `doors` |
