@@ -315,3 +315,41 @@ fn refresh_after_zero_is_rejected() {
     let e = r.unwrap_err();
     assert!(e.to_string().contains("refresh_after"), "{e}");
 }
+
+/// A policy that reads the TTL from the value (0: expired already).
+struct FromValue;
+
+impl expiremap::Expiry<u32, u32> for FromValue {
+    fn expire_after_create(&self, _: &u32, v: &u32) -> Option<Duration> {
+        Some(Duration::from_secs(u64::from(*v)))
+    }
+}
+
+#[test]
+fn a_reload_is_timed_as_a_new_entry_and_a_zero_expires_the_old_one() {
+    let clock = ManualClock::new();
+    let map: ExpireMap<u32, u32> = ExpireMap::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .expire_after(FromValue)
+        .refresh_after(10 * SEC)
+        .build();
+    let mut events = map.subscribe().unwrap();
+    assert_eq!(map.get_with(1, || 30), 30);
+    clock.advance(11 * SEC);
+    assert_eq!(map.get_with(1, || 40), 30);
+    assert_eq!(
+        map.ttl(&1),
+        Some(40 * SEC),
+        "the reload's own TTL, from now"
+    );
+    clock.advance(11 * SEC);
+    // The policy says the reloaded value has expired already: the old one goes.
+    assert_eq!(map.get_with(1, || 0), 40);
+    assert_eq!(map.get(&1), None);
+    let e = events.try_recv().unwrap();
+    assert_eq!(
+        (e.key, e.value, e.cause),
+        (1, 40, expiremap::Cause::Expired)
+    );
+}

@@ -391,7 +391,9 @@ impl<K, V, S> Builder<K, V, S> {
     /// The reload's value replaces the entry unless a write of the key
     /// (`put`, `remove`, ...) came meanwhile, which wins; a reload that
     /// fails or panics keeps the current value, and a later call tries
-    /// again. Where the reload runs: see
+    /// again. A reload's value is timed as a new entry: the call's `ttl`,
+    /// or the map's own expiry's `expire_after_create` (a zero from it
+    /// expires the old value). Where the reload runs: see
     /// [`refresh_spawner`](Self::refresh_spawner). Plain reads (`get`) never
     /// refresh. [`Stats`](crate::Stats) counts reloads and their failures.
     /// 8 bytes per entry (the time of its last write), only in maps that
