@@ -311,7 +311,7 @@ struct ReadmeDoctests;
 pub use broadcast::{RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use map::{
-    BuildError, Builder, Cause, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
+    BuildError, Builder, BulkError, Cause, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, Event, ExpireIf, ExpireMap, Expiry, Iter, Keys,
     MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS, MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL,
     MIN_PRECISION, Refused, Stats, Subscriber, Update,

@@ -46,6 +46,7 @@
 //! The clock adapter the map reads time through is `crate::clock::Time`.
 
 mod builder;
+mod bulk;
 mod doors;
 mod event;
 mod evictor;
@@ -85,6 +86,7 @@ pub use builder::{
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS,
     MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION,
 };
+pub use bulk::BulkError;
 pub use event::{Cause, Event, Subscriber};
 pub use expiry::{Expiry, Refused};
 pub use iter::{Iter, Keys};

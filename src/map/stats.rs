@@ -55,6 +55,13 @@ impl Reads {
         }
     }
 
+    /// Counts a batch of reads: `hits` hits and `misses` misses.
+    #[inline]
+    pub(crate) fn count_many(&self, hits: u64, misses: u64) {
+        self.hits.add(hits);
+        self.misses.add(misses);
+    }
+
     /// The totals: (hits, misses).
     pub(crate) fn totals(&self) -> (u64, u64) {
         (self.hits.total(), self.misses.total())
@@ -83,6 +90,14 @@ impl Tally {
     #[inline]
     pub(crate) fn add_one(&self) {
         self.stripes[slot() & (self.stripes.len() - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `n` (nothing if 0).
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        if n != 0 {
+            self.stripes[slot() & (self.stripes.len() - 1)].fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// The total.
