@@ -35,6 +35,7 @@
 //! | `read` | the read path under the read lock, idle-expiry confirmation | `shard`, `Time` |
 //! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `shard`, `flight`, `doors` |
 //! | `load` | the loading surface (`get_or_insert_with` and kin, `update`) | `flight`, `write`, `read` |
+//! | `bulk` | `get_many`, `get_many_with` and kin: batches by shard, one load per batch | `read`, `load`, `flight` |
 //! | `flight` | one flight per key: registration, waits, the cycle check | the shard lock it is given |
 //! | `doors` | where values leave: event routing, `clear`, shutdown | `broadcast`, `unwind` |
 //! | `evictor` | the eviction thread: its wake-ups and passes | `shard`, `doors` |

@@ -111,7 +111,8 @@ impl Tally {
 #[non_exhaustive]
 pub struct Stats {
     /// Reads that found a live value: `get`, `get_with_ttl`, and
-    /// `get_or_insert_with` hits. Counted only with
+    /// `get_or_insert_with` hits; each key of a `get_many` or
+    /// `get_many_with`. Counted only with
     /// [`Builder::record_stats`](super::Builder::record_stats); 0 otherwise.
     pub hits: u64,
     /// Reads that found no live value (a `get_or_insert_with` miss counts
