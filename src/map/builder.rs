@@ -295,9 +295,9 @@ impl<K, V, S> Builder<K, V, S> {
     }
 
     /// Entries also expire `d` after their last access: a write, or a read
-    /// by `get`, `get_with_ttl` or a loading hit (`ttl`, `contains_key`,
-    /// `expire` and the read of `update` are not accesses). Reads stay
-    /// exact against the effective deadline `min(write deadline, last
+    /// by `get`, `get_many`, `get_with_ttl` or a loading hit (`ttl`,
+    /// `contains_key`, `expire` and the read of `update` are not accesses).
+    /// Reads stay exact against the effective deadline `min(write deadline, last
     /// access + d)`, which `ttl` reports, and an idle entry leaves as
     /// [`Cause::Expired`](crate::Cause::Expired). A read records its access
     /// under the shard's read lock (an atomic maximum), and the eviction
@@ -305,9 +305,9 @@ impl<K, V, S> Builder<K, V, S> {
     /// evicting it. It costs 16 bytes per entry. A zero `d` is rejected;
     /// one too large to represent saturates.
     ///
-    /// A read of one key (`get`, `get_with_ttl`, `ttl`, `contains_key`, a
-    /// loading call, `update`'s read) that finds its entry expired by its
-    /// idle time alone removes it at once: its value leaves as `Expired`
+    /// A read of one key (`get`, each of `get_many`'s, `get_with_ttl`,
+    /// `ttl`, `contains_key`, a loading call, `update`'s read) that finds
+    /// its entry expired by its idle time alone removes it at once: its value leaves as `Expired`
     /// then, not at the next eviction pass (and is not counted in
     /// [`Stats::evicted`](crate::Stats::evicted)). The read takes the
     /// shard's write lock for that, which waits for the reads in flight: one
