@@ -92,8 +92,8 @@ impl<K, V> Shard<K, V> {
                     // after its estimate is read for admission: a victim's
                     // latest access is not counted yet either (see `policy`).
                     let reserved = b.try_reserve(weight);
-                    let candidate = if reserved { 0 } else { b.sketch.frequency(h32) };
-                    b.sketch.increment(h32);
+                    let seen = b.sketch.frequency_then_increment(h32);
+                    let candidate = if reserved { 0 } else { seen };
                     if !reserved {
                         let room = if weight > b.cap {
                             Room::Refused
