@@ -381,7 +381,8 @@ impl Bound {
     /// victim with hash bits `victim`?
     pub(crate) fn admits(&mut self, candidate: u64, victim: u32) -> bool {
         let c = candidate;
-        if c > self.sketch.frequency(victim) {
+        // A candidate never counted loses to any victim: no need to look.
+        if c > 0 && c > self.sketch.frequency(victim) {
             return true;
         }
         if c >= WARM {
