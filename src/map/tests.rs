@@ -517,7 +517,7 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                     let w = if weighted { rnd(12) } else { 1 };
                     let outcome = loop {
                         match s
-                            .put_bounded(k, &mut Some((k, serial)), d, now, w, &mut out, || false)
+                            .put_bounded(k, &mut Some((k, serial)), d, now, w, &mut out, true, || false)
                         {
                             // The only way a shard alone runs short: an
                             // overwrite that must grow found its own entry
@@ -596,12 +596,12 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
 fn a_full_shard_evicts_expired_entries_first() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(3, false);
     let mut out = Vec::new();
-    s.put_bounded(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out, || false);
-    s.put_bounded(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out, || false); // expires first
-    s.put_bounded(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out, || false);
+    s.put_bounded(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out, true, || false);
+    s.put_bounded(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out, true, || false); // expires first
+    s.put_bounded(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out, true, || false);
     // Past key 2's deadline, but within its timer tick.
     let now = 5 * P + 1;
-    let r = s.put_bounded(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out, || false);
+    let r = s.put_bounded(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out, true, || false);
     assert!(matches!(r, PutOutcome::Inserted));
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].key, out[0].door), (2, Door::Expired));
@@ -615,14 +615,14 @@ fn admission_refuses_a_rarer_newcomer_until_it_is_asked_for_more() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(2, false);
     let mut out = Vec::new();
     for _ in 0..3 {
-        s.put_bounded(1, &mut Some((1, 1)), P, 0, 1, &mut out, || false);
-        s.put_bounded(2, &mut Some((2, 2)), P, 0, 1, &mut out, || false);
+        s.put_bounded(1, &mut Some((1, 1)), P, 0, 1, &mut out, true, || false);
+        s.put_bounded(2, &mut Some((2, 2)), P, 0, 1, &mut out, true, || false);
     }
     assert!(out.is_empty());
     let mut tries = 0;
     loop {
         tries += 1;
-        match s.put_bounded(3, &mut Some((3, 3)), P, 0, 1, &mut out, || false) {
+        match s.put_bounded(3, &mut Some((3, 3)), P, 0, 1, &mut out, true, || false) {
             PutOutcome::Refused => {
                 let r = out.pop().unwrap();
                 assert_eq!((r.key, r.door), (3, Door::Size));
@@ -654,7 +654,7 @@ fn weights_decide_what_fits() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(10, true);
     let mut out = Vec::new();
     let put = |s: &mut Shard<u64, u64>, k: u64, w: u64, out: &mut Vec<_>| {
-        s.put_bounded(k, &mut Some((k, k)), 100 * P, 0, w, out, || false)
+        s.put_bounded(k, &mut Some((k, k)), 100 * P, 0, w, out, true, || false)
     };
     assert!(matches!(put(&mut s, 1, 11, &mut out), PutOutcome::Refused));
     assert_eq!(
@@ -701,7 +701,7 @@ fn room_made_in_the_own_shard_is_kept_for_the_put() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded_by(budget.clone(), 10, true);
     let mut out = Vec::new();
     let mut put = |s: &mut Shard<u64, u64>, k: u64, until: u64, now: u64, w: u64| {
-        let outcome = s.put_bounded(k, &mut Some((k, k)), until, now, w, &mut out, || false);
+        let outcome = s.put_bounded(k, &mut Some((k, k)), until, now, w, &mut out, true, || false);
         assert!(matches!(outcome, PutOutcome::Inserted));
         let gone: Vec<_> = out.drain(..).map(|r| (r.key, r.door)).collect();
         gone

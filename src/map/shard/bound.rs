@@ -17,7 +17,9 @@ impl<K, V> Shard<K, V> {
     /// victims, or this value if the policy refuses it or it is heavier
     /// than the whole bound) is pushed to `out` (see `policy`). If the
     /// budget has no room and this shard nothing more to give, nothing
-    /// changes and the result is [`PutOutcome::NoRoom`].
+    /// changes and the result is [`PutOutcome::NoRoom`]. `due_here`: this
+    /// shard may hold entries expired at `now` (when it does not, making
+    /// room skips the search for them).
     #[allow(clippy::too_many_arguments)] // one call site, each argument a fact of the put
     pub(crate) fn put_bounded(
         &mut self,
@@ -27,6 +29,7 @@ impl<K, V> Shard<K, V> {
         now: u64,
         weight: u64,
         out: &mut impl Sink<K, V>,
+        due_here: bool,
         due_elsewhere: impl Fn() -> bool,
     ) -> PutOutcome<K, V>
     where
@@ -55,7 +58,7 @@ impl<K, V> Shard<K, V> {
                     }
                     if weight > old {
                         let gain = weight - old;
-                        let room = self.reserve(gain, now, Some(index), None, &due_elsewhere, out);
+                        let room = self.reserve(gain, now, Some(index), None, due_here, &due_elsewhere, out);
                         // Its own entry may have left meanwhile (it was
                         // due): then the caller looks again.
                         let held = self.entries.slab.nodes[index as usize]
@@ -98,7 +101,8 @@ impl<K, V> Shard<K, V> {
                         let room = if weight > b.cap {
                             Room::Refused
                         } else {
-                            self.reserve(weight, now, None, Some(candidate), &due_elsewhere, out)
+                            let c = Some(candidate);
+                            self.reserve(weight, now, None, c, due_here, &due_elsewhere, out)
                         };
                         match room {
                             Room::Made => {}
@@ -137,12 +141,14 @@ impl<K, V> Shard<K, V> {
     /// another shard's put before this one reserves it: then it makes more,
     /// a few times, before it reports [`Room::Short`]. [`Room::Made`]
     /// means reserved.
+    #[allow(clippy::too_many_arguments)] // `put_bounded`'s, passed on
     fn reserve(
         &mut self,
         need: u64,
         now: u64,
         skip: Option<u32>,
         candidate: Option<u64>,
+        due_here: bool,
         due_elsewhere: &impl Fn() -> bool,
         out: &mut impl Sink<K, V>,
     ) -> Room {
@@ -154,7 +160,7 @@ impl<K, V> Shard<K, V> {
                 break;
             }
             let live = !due_elsewhere();
-            match self.make_room(need, now, skip, candidate, live, out) {
+            match self.make_room(need, now, skip, candidate, due_here, live, out) {
                 Room::Made => {}
                 other => {
                     room = other;
@@ -213,7 +219,9 @@ impl<K, V> Shard<K, V> {
     }
 
     /// Makes room in the map's budget for `need` more weight from this
-    /// shard: evicts what its wheel has due at `now`, then (if `live`)
+    /// shard: evicts what its wheel has due at `now` (if `due_here`: the
+    /// caller's lower bound of the shard's deadlines, `Inner::due`, does
+    /// not rule out entries expired at `now`), then (if `live`)
     /// walks the CLOCK hand (see `policy`), evicting entries past their
     /// deadline as `Expired` and victims as `Size`, never `skip`. With a `candidate`
     /// (a new key's estimated frequency), the first victim stays unless the
@@ -221,18 +229,20 @@ impl<K, V> Shard<K, V> {
     /// is [`Room::Refused`]. [`Room::Made`] once the budget has the room
     /// (other shards' puts may take it before the caller reserves it);
     /// [`Room::Short`] if this shard has nothing more to give.
+    #[allow(clippy::too_many_arguments)] // each argument a fact of the put
     pub(crate) fn make_room(
         &mut self,
         need: u64,
         now: u64,
         skip: Option<u32>,
         candidate: Option<u64>,
+        due_here: bool,
         live: bool,
         out: &mut impl Sink<K, V>,
     ) -> Room {
         let fits = |s: &Self| s.entries.bound.as_ref().is_none_or(|b| b.fits(need));
         // Expired entries first: what the wheel has due, ...
-        while !fits(self) {
+        while due_here && !fits(self) {
             let before = out.len();
             // With idle expiry a due timer may only move on, not evict.
             let (more, _) = self.evict(now, 1, out);
@@ -243,7 +253,7 @@ impl<K, V> Shard<K, V> {
         // ... then those past their deadline but not yet due, whose timer
         // tick is the next one: they share its list (a short one; at most
         // `NEXT_TICK_SEARCH` are looked at).
-        if !fits(self) {
+        if due_here && !fits(self) {
             let w = &self.entries;
             let mut nodes = [0u32; NEXT_TICK_SEARCH];
             let n = w
