@@ -194,14 +194,28 @@ where
         r
     }
 
-    /// [`leave`](Self::leave) for each entry a put pushed out. Cold: only
-    /// a bounded map's full shards push anything out.
+    /// [`leave`](Self::leave) for each entry a put pushed out, which it
+    /// takes from `out`. Cold: only a bounded map's full shards push
+    /// anything out. With no subscriber (the usual case) they are counted
+    /// and dropped with one look at the event ring and one count.
     #[cold]
     #[inline(never)]
-    pub(super) fn leave_all(&self, out: shard::Out<K, V>, now: u64) {
-        for r in out {
-            self.leave(r, now);
+    pub(super) fn leave_all(&self, out: &mut shard::Out<K, V>, now: u64) {
+        if self.events.live_sender().is_some() {
+            out.take_each(|r| drop(self.leave(r, now)));
+            return;
         }
+        let mut panics = Panics::new();
+        let mut size = 0;
+        out.take_each(|r| match r.door {
+            Door::Size | Door::Expired => {
+                size += u64::from(r.door == Door::Size);
+                panics.run(move || drop(r));
+            }
+            _ => drop(self.leave(r, now)),
+        });
+        self.size_evicted.add(size);
+        panics.forget();
     }
 
     /// Publishes (or drops) every entry of a shard taken out of the map, in

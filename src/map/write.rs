@@ -207,7 +207,7 @@ where
             };
             self.kick_if(kick);
             if !out.is_empty() {
-                inner.leave_all(std::mem::replace(&mut out, shard::Out::new()), now);
+                inner.leave_all(&mut out, now);
             }
             return Ok(match outcome {
                 PutOutcome::Refused if give_back => {
@@ -318,7 +318,7 @@ where
                     (room, now)
                 };
                 if !out.is_empty() {
-                    self.leave_all(out, now);
+                    self.leave_all(&mut out, now);
                 }
                 if room != Room::Short {
                     return room;
