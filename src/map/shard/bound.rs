@@ -275,15 +275,21 @@ impl<K, V> Shard<K, V> {
         // Each step passes over a vacant node, takes a count off a live one
         // (at most 3 each), or evicts one: 4 sweeps always reach a victim.
         let mut steps = 4 * self.entries.slab.nodes.len() as u64 + 4;
-        while !fits(self) && steps > 0 {
+        // Only an eviction here changes whether the room is there (other
+        // shards' puts may give some back meanwhile, as they may at any
+        // time): asked again after each, not at every step.
+        let mut short = !fits(self);
+        while short && steps > 0 {
             steps -= 1;
             let n = self.entries.slab.nodes.len() as u32;
             if n == 0 {
                 break; // nothing held: `fits` holds for any `need` admitted
             }
             let b = self.entries.bound.as_mut().expect("bounded");
+            // One division wraps the hand (left at `n` by the step before,
+            // or anywhere past a smaller slab).
             let i = b.hand % n;
-            b.hand = (i + 1) % n;
+            b.hand = i + 1;
             if Some(i) == skip {
                 continue;
             }
@@ -302,7 +308,10 @@ impl<K, V> Shard<K, V> {
             let h = self.entries.slab.nodes.hash(i);
             match count {
                 None => {}
-                Some(_) if now > deadline => out.push(self.take_index(i, Door::Expired)),
+                Some(_) if now > deadline => {
+                    out.push(self.take_index(i, Door::Expired));
+                    short = !fits(self);
+                }
                 Some(true) => b.sketch.increment(h),
                 Some(false) => {
                     if !admitted {
@@ -315,9 +324,14 @@ impl<K, V> Shard<K, V> {
                         admitted = true;
                     }
                     out.push(self.take_index(i, Door::Size));
+                    short = !fits(self);
                 }
             }
         }
-        if fits(self) { Room::Made } else { Room::Short }
+        if short && !fits(self) {
+            Room::Short
+        } else {
+            Room::Made
+        }
     }
 }
