@@ -32,12 +32,29 @@
 //! makes it so) and sees `NONE_PLANNED` or the new target: no wake-up is lost.
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
+use super::shard::{Removed, Shard};
 use super::{EVICT_BATCH, Inner, Time};
 use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
+
+/// Due entries a write takes from its shard per call, under the lock it
+/// already holds (see [`Inner::take_due`]). A put makes one entry, so in
+/// a steady churn each put has about one to take: 16 lets writers catch up
+/// a backlog (one tick's worth of entries comes due at once) while keeping
+/// the added hold short. One under loom, like `EVICT_BATCH`.
+pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 16 };
+
+/// What a write took from its shard's due entries (see
+/// [`Inner::take_due`]): left after the unlock by
+/// [`leave_due`](Inner::leave_due).
+pub(super) struct Due<K, V> {
+    batch: Vec<Removed<K, V>>,
+    /// The time they were evicted at (every deadline is below it).
+    at: u64,
+}
 
 /// `planned` while the thread is (re)planning or has nothing planned: every
 /// new eviction time is earlier, or equal (`u64::MAX`, the end of a clock's
@@ -222,6 +239,57 @@ where
         }
         panics.resume();
         total
+    }
+
+    /// Under `shard`'s write lock, with `now` read under it by a write:
+    /// takes up to [`WRITER_EVICT`] of the shard's due entries, by the
+    /// same rule the thread's passes follow ([`Shard::evict`]: only
+    /// entries whose timer tick has passed, so never one before its
+    /// deadline). Once evicted, an entry is out of the table and the
+    /// wheel, so no pass, read or other write can find it: each value
+    /// leaves once. When nothing is due (the shard's next wake-up, from
+    /// the wheel's occupancy bits, is still ahead) it costs a comparison.
+    /// The caller hands the result to [`leave_due`](Self::leave_due) after
+    /// the unlock.
+    #[inline]
+    pub(super) fn take_due(&self, shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
+        if !shard.may_have_due(now) {
+            return None;
+        }
+        Self::take_due_slow(shard, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_due_slow(shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
+        let mut batch = Vec::with_capacity(WRITER_EVICT);
+        let (_, at) = shard.evict(now, WRITER_EVICT, &mut batch);
+        // Empty if the wake-up only moved timers between the wheel's levels.
+        (!batch.is_empty()).then_some(Due { batch, at })
+    }
+
+    /// Publishes (as `Expired`) or drops what a write took with
+    /// [`take_due`](Self::take_due), after the unlock, counted in
+    /// `evicted` and `max_lateness` as the thread counts its own. A panic
+    /// in a value's `Drop` is caught and dropped (as [`leave`](Self::leave)
+    /// does), so the write it rode on still returns; every other value of
+    /// the batch still leaves.
+    #[inline]
+    pub(super) fn leave_due(&self, due: Option<Due<K, V>>) {
+        if let Some(due) = due {
+            self.leave_due_slow(due);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn leave_due_slow(&self, mut due: Due<K, V>) {
+        let n = due.batch.len() as u64;
+        self.evicted.fetch_add(n, Ordering::Relaxed);
+        self.evicted_by_writers.fetch_add(n, Ordering::Relaxed);
+        let mut panics = Panics::new();
+        self.leave_evicted(&mut due.batch, due.at, &mut panics);
+        panics.forget();
     }
 
     /// Earliest shard wake-up, in clock ns.

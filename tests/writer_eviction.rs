@@ -1,0 +1,208 @@
+//! Writes share the eviction work: a write that holds its shard's lock
+//! takes a few of that shard's due entries and publishes them as
+//! `Expired` after the unlock. Virtual time only; no thread unless a test
+//! says so.
+
+use expiremap::{Cause, ExpireMap, ManualClock, Subscriber};
+use std::time::Duration;
+
+const MS: Duration = Duration::from_millis(1);
+const HOUR: Duration = Duration::from_secs(3600);
+/// The most due entries one write takes (`evictor::WRITER_EVICT`).
+const PER_WRITE: usize = 16;
+
+/// One shard, no thread: every eviction is a write's or `evict_expired`'s.
+fn one_shard(clock: &ManualClock) -> expiremap::Builder<u32, u32> {
+    ExpireMap::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .background_eviction(false)
+}
+
+fn drain(sub: &mut Subscriber<u32, u32>) -> Vec<expiremap::Event<u32, u32>> {
+    std::iter::from_fn(|| sub.try_recv().ok()).collect()
+}
+
+#[test]
+fn a_put_takes_its_shards_due_entries_with_their_lateness() {
+    let clock = ManualClock::new();
+    let map = one_shard(&clock).build();
+    let mut sub = map.subscribe().unwrap();
+    for k in 0..5 {
+        map.put(k, k * 10, MS * 10);
+    }
+    clock.advance(MS * 12);
+    let at = Duration::from_millis(12);
+    map.put(100, 1, HOUR);
+    let events = drain(&mut sub);
+    let keys: Vec<u32> = events.iter().map(|e| e.key).collect();
+    assert_eq!(keys, vec![0, 1, 2, 3, 4]);
+    for e in &events {
+        assert_eq!(e.cause, Cause::Expired);
+        assert_eq!(e.value, e.key * 10);
+        assert_eq!(e.deadline(), MS * 10);
+        assert_eq!(e.removed_at(), at);
+        assert_eq!(e.lateness(), MS * 2);
+    }
+    let s = map.stats();
+    assert_eq!((s.evicted, s.evicted_by_writers), (5, 5));
+    assert_eq!(s.max_lateness, MS * 2);
+    assert_eq!(map.len(), 1);
+    // Each value left once: nothing is left for a pass.
+    assert_eq!(map.evict_expired(), 0);
+    assert!(drain(&mut sub).is_empty());
+}
+
+#[test]
+fn a_write_never_takes_an_entry_before_its_tick_has_passed() {
+    let clock = ManualClock::new();
+    let map = one_shard(&clock).build();
+    let mut sub = map.subscribe().unwrap();
+    map.put(1, 1, MS * 10);
+    // At the deadline the entry is live: nothing leaves.
+    clock.advance(MS * 10);
+    map.put(2, 2, HOUR);
+    assert_eq!(map.get(&1), Some(1));
+    // Past the deadline, but its timer tick (the first starting after the
+    // deadline, at most one precision later) has not begun: a write leaves
+    // it to the tick, as a pass does. Reads no longer see it.
+    clock.advance(Duration::from_nanos(1));
+    map.put(3, 3, HOUR);
+    assert_eq!(map.get(&1), None);
+    let early: Vec<_> = drain(&mut sub);
+    assert!(
+        early.iter().all(|e| e.removed_at() > e.deadline()),
+        "{early:?}"
+    );
+    // One precision later it is due, and the next write takes it.
+    clock.advance(MS);
+    map.remove(&3);
+    let events = drain(&mut sub);
+    let expired: Vec<_> = early
+        .iter()
+        .chain(&events)
+        .filter(|e| e.cause == Cause::Expired)
+        .collect();
+    assert_eq!(expired.len(), 1, "{early:?} {events:?}");
+    assert_eq!(expired[0].key, 1);
+    assert!(expired[0].removed_at() > expired[0].deadline());
+    assert_eq!(map.stats().evicted_by_writers, 1);
+    assert_eq!(map.stats().max_lateness, expired[0].lateness());
+}
+
+#[test]
+fn each_write_takes_a_bounded_batch_and_evict_expired_takes_the_rest() {
+    let clock = ManualClock::new();
+    let map = one_shard(&clock).build();
+    let mut sub = map.subscribe().unwrap();
+    for k in 0..100 {
+        map.put(k, k, MS * 10);
+    }
+    clock.advance(MS * 20);
+    map.put(1000, 0, HOUR);
+    assert_eq!(map.stats().evicted, PER_WRITE as u64);
+    assert_eq!(map.len(), 100 - PER_WRITE + 1);
+    assert!(map.expire(&1000, HOUR, expiremap::ExpireIf::Always));
+    assert_eq!(map.stats().evicted_by_writers, 2 * PER_WRITE as u64);
+    assert_eq!(map.evict_expired(), 100 - 2 * PER_WRITE);
+    let s = map.stats();
+    assert_eq!(
+        (s.evicted, s.evicted_by_writers),
+        (100, 2 * PER_WRITE as u64)
+    );
+    // Every value once, in deadline order (here: insertion order).
+    let keys: Vec<u32> = drain(&mut sub).iter().map(|e| e.key).collect();
+    assert_eq!(keys, (0..100).collect::<Vec<_>>());
+    assert_eq!(map.len(), 1);
+}
+
+#[test]
+fn a_write_moves_an_idle_entry_that_was_read_instead_of_evicting_it() {
+    let clock = ManualClock::new();
+    let map = one_shard(&clock).time_to_idle(MS * 10).build();
+    let mut sub = map.subscribe().unwrap();
+    map.put(1, 1, HOUR);
+    map.put(2, 2, HOUR);
+    clock.advance(MS * 5);
+    assert_eq!(map.get(&1), Some(1)); // idle until 15 ms now
+    clock.advance(MS * 7); // 12 ms: 2 is idle-expired and due
+    map.put(3, 3, HOUR);
+    let keys: Vec<u32> = drain(&mut sub).iter().map(|e| e.key).collect();
+    assert_eq!(keys, vec![2]);
+    assert_eq!(map.get(&1), Some(1));
+    assert_eq!(map.stats().evicted_by_writers, 1);
+}
+
+#[test]
+fn a_bounded_map_evicts_due_entries_as_expired_not_by_size() {
+    let clock = ManualClock::new();
+    let map = one_shard(&clock).max_entries(10).build();
+    let mut sub = map.subscribe().unwrap();
+    for k in 0..5 {
+        map.put(k, k, MS * 10);
+    }
+    clock.advance(MS * 12);
+    map.put(50, 50, HOUR);
+    let events = drain(&mut sub);
+    assert_eq!(events.len(), 5, "{events:?}");
+    assert!(events.iter().all(|e| e.cause == Cause::Expired));
+    let s = map.stats();
+    assert_eq!((s.size_evicted, s.evicted_by_writers), (0, 5));
+    assert_eq!(map.len(), 1);
+    // The room they held is free again: ten more fit without a size eviction.
+    for k in 100..109 {
+        map.put(k, k, HOUR);
+    }
+    assert_eq!(map.stats().size_evicted, 0);
+    assert_eq!(map.len(), 10);
+}
+
+#[test]
+fn a_conditional_put_and_a_load_take_due_entries_too() {
+    let clock = ManualClock::new();
+    let map = one_shard(&clock).build();
+    for k in 0..3 {
+        map.put(k, k, MS * 10);
+    }
+    clock.advance(MS * 12);
+    assert_eq!(map.put_if_absent(10, 10, HOUR), None);
+    assert_eq!(map.stats().evicted_by_writers, 3);
+    for k in 0..3 {
+        map.put(k, k, MS * 10);
+    }
+    clock.advance(MS * 12);
+    assert_eq!(map.get_or_insert_with(11, HOUR, || 11), 11);
+    assert_eq!(map.stats().evicted_by_writers, 6);
+    assert_eq!(map.len(), 2);
+}
+
+#[test]
+fn a_panicking_drop_of_a_taken_value_costs_the_put_nothing() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    #[derive(Clone)]
+    struct Bomb(bool);
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            if self.0 {
+                panic!("bomb");
+            }
+        }
+    }
+    let clock = ManualClock::new();
+    let map = ExpireMap::<u32, Bomb>::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .background_eviction(false)
+        .build();
+    map.put(1, Bomb(false), MS);
+    map.put(2, Bomb(true), MS);
+    map.put(3, Bomb(false), MS);
+    clock.advance(MS * 3);
+    let before = DROPPED.load(Ordering::Relaxed);
+    assert!(map.put(4, Bomb(false), HOUR).is_none());
+    assert_eq!(DROPPED.load(Ordering::Relaxed) - before, 3);
+    assert_eq!(map.stats().evicted_by_writers, 3);
+    assert_eq!(map.len(), 1);
+}
