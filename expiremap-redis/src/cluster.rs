@@ -8,14 +8,40 @@
 //!   commands go to the primary of its slot (CRC16 of the Redis key, or of
 //!   its `{hash tag}`, mod 16384), so its replies and the invalidations of
 //!   its writes come on the same connection, in order, as on one server.
-//! * The slot table comes from `CLUSTER SLOTS`, asked on a connection of
-//!   its own (kept open, moved to another node when it fails): at build,
-//!   every second, and at once after a `MOVED`. A `MOVED` also points the slot at its new primary at once;
+//! * The slot table comes from `CLUSTER SLOTS` ([`crate::slots`]), asked on
+//!   a connection of its own (kept open, moved to another node when it
+//!   fails or is contradicted): at build, every second, and at once after
+//!   a `MOVED`. A `MOVED` also points the slot at its new primary at once;
 //!   an `ASK` (a slot in migration) resends the one command with `ASKING`
-//!   to the node named. A primary not linked yet is linked (connected on
-//!   the calling thread) when a redirect or a refresh names it.
+//!   to the node named.
+//! * Which answer is taken: at build, the first seed's that maps some
+//!   slot. Then an answer equal to the table in use confirms it; one that
+//!   differs is taken only if another node (a linked primary, else a
+//!   seed) answers the same, or if no other node answers. Otherwise the
+//!   table stays and the other node is asked first from then on: a node
+//!   removed from the cluster by `redis-cli --cluster del-node` (reset to
+//!   an empty table, it keeps running) or one that is behind is left, and
+//!   one that was ahead is confirmed by a later read. An empty table is
+//!   never taken (it would leave no slot served). A read that gives no
+//!   table to trust (no node answers, two nodes and the table in use all
+//!   differ, only an empty table) keeps the table in use; its error is
+//!   kept until a read succeeds (`NearCache::last_slot_table_error`, and
+//!   the error of a call that finds no primary for its slot).
+//! * Linking a primary never connects on the caller's thread nor under a
+//!   lock: the link's own supervisor thread connects (and reconnects while
+//!   it cannot). A call to a link whose first attempt has not ended waits
+//!   for it (parked, or awaiting: a stalled node holds up only the calls
+//!   that wait on it), at most `FIRST_ATTEMPT_WAIT` connect timeouts, then
+//!   fails with the attempt's error, naming the node. `build` waits for
+//!   every primary's first attempt (in parallel); one that cannot be
+//!   reached is no error there: its slots' calls fail, naming it, while its
+//!   link keeps trying.
 //! * When the slot table changes, every near copy is dropped (a copy's
-//!   invalidations come from the node that held its key). When a node's
+//!   invalidations come from the node that held its key). A link to a
+//!   node left without slots is stopped once no call waits on it (at most
+//!   the call timeout later), so the calls sent there before the change
+//!   get their replies (a `MOVED`, followed) rather than a lost
+//!   connection. When a node's
 //!   link is lost, its reader drops every near copy, as on one server.
 //! * A near copy is served only while *every* link is fresh (a ping sent
 //!   less than the staleness bound ago answered): then every invalidation
@@ -37,24 +63,19 @@
 //! smol) that this crate does not bring. What a cluster adds over one server
 //! here is slot routing (CRC16, a few lines) and the slot table.
 
-use crate::connect::{self, Config};
+use crate::connect::Config;
 use crate::error::Error;
 use crate::link::Shared;
 use crate::reply::Receiver;
-use crate::wire::{ReadHalf, WriteHalf};
+use crate::slots::{Addr, Range, Redirect, SLOTS, SlotsConn, label, slot};
 use crate::{CacheKey, CacheValue, codec};
 use expiremap::{Clock, ExpireMap, SystemClock};
-use redis::{Parser, Value};
-use std::fmt;
 use std::io;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
-
-/// Slots of a Redis Cluster.
-pub(crate) const SLOTS: usize = 16384;
+use std::time::{Duration, Instant};
 
 /// Redirects followed by one call before it fails.
 const MAX_REDIRECTS: usize = 5;
@@ -62,62 +83,9 @@ const MAX_REDIRECTS: usize = 5;
 /// How often the slot table is asked for when nothing prompts it.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
-/// CRC16/XMODEM, as Redis Cluster uses it.
-pub(crate) fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// The slot of a Redis key: of its hash tag (the bytes between the first
-/// `{` and the next `}`, if not empty), else of the whole key.
-pub(crate) fn slot(name: &[u8]) -> u16 {
-    let tagged = name.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &name[open + 1..];
-        let len = rest.iter().position(|&b| b == b'}')?;
-        (len > 0).then(|| &rest[..len])
-    });
-    crc16(tagged.unwrap_or(name)) % SLOTS as u16
-}
-
-/// A redirect in a server error: `MOVED <slot> <host>:<port>` or `ASK ...`.
-struct Redirect {
-    ask: bool,
-    slot: u16,
-    addr: (String, u16),
-}
-
-impl Redirect {
-    fn parse(e: &Error) -> Option<Redirect> {
-        let Error::Server(m) = e else { return None };
-        let mut words = m.split_whitespace();
-        let ask = match words.next()? {
-            "MOVED" => false,
-            "ASK" => true,
-            _ => return None,
-        };
-        let slot = words.next()?.parse().ok()?;
-        let (host, port) = words.next()?.rsplit_once(':')?;
-        Some(Redirect {
-            ask,
-            slot,
-            addr: (host.to_string(), port.parse().ok()?),
-        })
-    }
-}
-
 /// A primary's link and its supervisor thread.
 struct Node<K, V> {
-    addr: (String, u16),
+    addr: Addr,
     link: Arc<Shared<K, V>>,
     supervisor: Option<JoinHandle<()>>,
 }
@@ -137,18 +105,29 @@ struct Table<K, V> {
     nodes: Vec<Node<K, V>>,
 }
 
+/// The connection the slot table is read on, and its node.
+type Asked = Option<(SlotsConn, Addr)>;
+
 /// A cache's view of a cluster.
 pub(crate) struct Cluster<K, V> {
     /// The settings every node's link starts from (host and port replaced).
     base: Config,
-    seeds: Vec<(String, u16)>,
+    seeds: Vec<Addr>,
     near: Arc<ExpireMap<K, V>>,
     /// The clock of every link.
     clock: SystemClock,
     /// Read on every call (and on a near hit while some link is stale).
     table: RwLock<Table<K, V>>,
-    /// Serializes the linking of new nodes (connects run outside `table`).
+    /// Serializes the linking of new nodes (no connect runs under it: a
+    /// link connects on its own thread).
     linking: Mutex<()>,
+    /// Why the last read of the slot table gave no table to trust; `None`
+    /// since one did.
+    table_error: Mutex<Option<Error>>,
+    /// Links to nodes that lost their slots, with a deadline: stopped
+    /// once no call waits on them (their replies, a `MOVED` or the value,
+    /// are still applied), or at the deadline (the call timeout).
+    retiring: Mutex<Vec<(Node<K, V>, Instant)>>,
     closing: AtomicBool,
     refresher: Mutex<Option<JoinHandle<()>>>,
 }
@@ -165,146 +144,38 @@ fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     m.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A node's address.
-type Addr = (String, u16);
-
-/// Slots `first..=last` and their primary.
-type Range = (u16, u16, Addr);
-
-/// The slot ranges and their primaries in a `CLUSTER SLOTS` reply; a node
-/// named with an empty host is at `asked`'s host.
-fn parse_slots(reply: &Value, asked: &str) -> Result<Vec<Range>, Error> {
-    let bad = || Error::Protocol(format!("CLUSTER SLOTS answered {reply:?}"));
-    let Value::Array(ranges) = reply else {
-        return Err(bad());
-    };
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
-    let mut out = Vec::new();
-    for r in ranges {
-        let Value::Array(f) = r else {
-            return Err(bad());
-        };
-        let (Some(Value::Int(a)), Some(Value::Int(b)), Some(Value::Array(primary))) =
-            (f.first(), f.get(1), f.get(2))
-        else {
-            return Err(bad());
-        };
-        let host = primary.first().and_then(text).ok_or_else(bad)?;
-        let host = if host.is_empty() || host == "?" {
-            asked.to_string()
-        } else {
-            host
-        };
-        let Some(Value::Int(port)) = primary.get(1) else {
-            return Err(bad());
-        };
-        let (a, b, port) = (
-            u16::try_from(*a).map_err(|_| bad())?,
-            u16::try_from(*b).map_err(|_| bad())?,
-            u16::try_from(*port).map_err(|_| bad())?,
-        );
-        if a > b || usize::from(b) >= SLOTS {
-            return Err(bad());
-        }
-        out.push((a, b, (host, port)));
-    }
-    Ok(out)
-}
-
-/// The connection on which the slot table is asked for (kept open between
-/// refreshes; no tracking, so nothing but replies comes on it).
-struct SlotsConn {
-    read: ReadHalf,
-    write: WriteHalf,
-    parser: Parser,
-    timeout: Duration,
-}
-
-impl SlotsConn {
-    /// Connects to `addr` and asks for the slot table.
-    fn open(base: &Config, addr: &Addr) -> Result<(SlotsConn, Vec<Range>), Error> {
-        let mut cfg = base.clone();
-        (cfg.host, cfg.port) = addr.clone();
-        let (mut read, write) = connect::dial(&cfg)?;
-        let cmds = [
-            ("HELLO", connect::hello(&cfg)),
-            ("CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS").clone()),
-        ];
-        let mut parser = Parser::new();
-        let replies = connect::handshake(&mut read, &write, &mut parser, &cmds, &[], |_| {})
-            .map_err(|e| match e {
-                Error::Server(m) if m.contains("cluster support disabled") => {
-                    Error::Config(format!(
-                        "{}:{} is not a Redis Cluster node: use NearCache::builder for one server",
-                        addr.0, addr.1
-                    ))
-                }
-                e => e,
-            })?;
-        let ranges = parse_slots(&replies[1], &addr.0)?;
-        let timeout = cfg.connect_timeout;
-        let conn = SlotsConn {
-            read,
-            write,
-            parser,
-            timeout,
-        };
-        Ok((conn, ranges))
-    }
-
-    /// Asks for the slot table again, waiting at most the connect timeout
-    /// (as for the handshake): a stalled node holds the refresher, and a
-    /// cache's drop, no longer than that.
-    fn ask(&mut self, asked: &str) -> Result<Vec<Range>, Error> {
-        self.read
-            .tcp()
-            .set_read_timeout(Some(self.timeout))
-            .map_err(Error::io)?;
-        self.write
-            .send(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
-            .map_err(Error::io)?;
-        let reply = self
-            .parser
-            .parse_value(&mut self.read)
-            .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
-        match reply {
-            Value::ServerError(e) => Err(Error::Server(format!("CLUSTER SLOTS: {e:?}"))),
-            reply => parse_slots(&reply, asked),
-        }
-    }
-}
-
-impl Drop for SlotsConn {
-    fn drop(&mut self) {
-        self.write.shutdown();
-    }
+/// The error of a read that gave only an empty slot table.
+fn empty(addr: &Addr) -> Error {
+    Error::Protocol(format!(
+        "{}: answered an empty slot table (a node removed from its cluster, or no slot \
+         assigned yet); not taken",
+        label(addr)
+    ))
 }
 
 impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
-    /// Asks the seeds (in order, the first that answers) for the slot
-    /// table, links every primary, and starts the refresher.
+    /// Asks the seeds (in order, the first that answers with some slot)
+    /// for the slot table, links every primary (waiting for their first
+    /// attempts to connect, in parallel) and starts the refresher.
     pub(crate) fn start(
         base: Config,
-        seeds: Vec<(String, u16)>,
+        seeds: Vec<Addr>,
         near: Arc<ExpireMap<K, V>>,
     ) -> Result<Arc<Self>, Error> {
         let mut last = Error::Config("the cluster builder needs at least one seed node".into());
-        let mut ranges = None;
+        let mut first = None;
         for s in &seeds {
             match SlotsConn::open(&base, s) {
-                Ok((_, r)) => {
-                    ranges = Some(r);
+                Ok((_, r)) if r.is_empty() => last = empty(s),
+                Ok((conn, r)) => {
+                    first = Some(((conn, s.clone()), r));
                     break;
                 }
                 Err(e @ Error::Config(_)) => return Err(e),
                 Err(e) => last = e,
             }
         }
-        let ranges = ranges.ok_or(last)?;
+        let (asked, ranges) = first.ok_or(last)?;
         let c = Arc::new(Cluster {
             base,
             seeds,
@@ -315,19 +186,29 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
                 nodes: Vec::new(),
             }),
             linking: Mutex::new(()),
+            table_error: Mutex::new(None),
             closing: AtomicBool::new(false),
+            retiring: Mutex::new(Vec::new()),
             refresher: Mutex::new(None),
         });
-        // On an error, dropping `c`... would leave the linked nodes' threads:
+        // On an error, dropping `c` would leave the linked nodes' threads:
         // stop them first.
-        if let Err(e) = c.apply(&ranges, true) {
+        if let Err(e) = c.apply(&ranges) {
             c.close_all();
             return Err(e);
+        }
+        let firsts: Vec<Receiver<()>> = read(&c.table)
+            .nodes
+            .iter()
+            .filter_map(|n| n.link.first_attempt())
+            .collect();
+        for f in firsts {
+            let _ = f.wait();
         }
         let me = Arc::clone(&c);
         let h = thread::Builder::new()
             .name("expiremap-redis-cluster".into())
-            .spawn(move || me.refresh_loop())
+            .spawn(move || me.refresh_loop(Some(asked)))
             .map_err(|e| {
                 c.close_all();
                 Error::io(e)
@@ -336,9 +217,9 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         Ok(c)
     }
 
-    /// The link to the node at `addr`, linking it first if need be (on this
-    /// thread, no lock of the table held while it connects).
-    fn node(&self, addr: &(String, u16)) -> Result<(usize, Arc<Shared<K, V>>), Error> {
+    /// The link to the node at `addr`, linking it first if need be (its
+    /// supervisor thread connects: nothing here waits for the network).
+    fn node(&self, addr: &Addr) -> Result<(usize, Arc<Shared<K, V>>), Error> {
         let find = |t: &Table<K, V>| {
             t.nodes
                 .iter()
@@ -355,7 +236,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         let mut cfg = self.base.clone();
         (cfg.host, cfg.port) = addr.clone();
         let link = Arc::new(Shared::with_clock(Arc::clone(&self.near), cfg, self.clock));
-        let supervisor = link.start()?;
+        let supervisor = link.spawn(None)?;
         let mut t = write(&self.table);
         t.nodes.push(Node {
             addr: addr.clone(),
@@ -365,28 +246,40 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         Ok((t.nodes.len() - 1, link))
     }
 
-    /// Makes `ranges` the slot table. Links the primaries not linked yet
-    /// (`strict`: a node that cannot be linked is an error; otherwise its
-    /// slots stay unmapped until a later refresh), stops the links to nodes
-    /// that own no slot any more, and drops every near copy if any slot
-    /// changed hands.
-    fn apply(&self, ranges: &[Range], strict: bool) -> Result<(), Error> {
+    /// The table in use, as normalized ranges (see
+    /// [`crate::slots::parse_slots`]).
+    fn ranges(&self) -> Vec<Range> {
+        let t = read(&self.table);
+        let mut out: Vec<Range> = Vec::new();
+        for (s, owner) in t.slots.iter().enumerate() {
+            let Some(i) = *owner else { continue };
+            let s = s as u16;
+            match out.last_mut() {
+                Some(last) if last.2 == t.nodes[i].addr && last.1 + 1 == s => last.1 = s,
+                _ => out.push((s, s, t.nodes[i].addr.clone())),
+            }
+        }
+        out
+    }
+
+    /// Makes `ranges` the slot table: links the primaries not linked yet,
+    /// retires the links to nodes that own no slot any more (stopped once
+    /// no call waits on them: a call sent there before the change gets its
+    /// reply, often a `MOVED`, instead of a lost connection), and drops
+    /// every near copy if any slot changed hands.
+    fn apply(&self, ranges: &[Range]) -> Result<(), Error> {
         let mut slots = vec![None; SLOTS];
         for (a, b, addr) in ranges {
-            let i = match self.node(addr) {
-                Ok((i, _)) => Some(i),
-                Err(e) if strict => return Err(e),
-                Err(_) => None,
-            };
+            let (i, _) = self.node(addr)?;
             for s in *a..=*b {
-                slots[usize::from(s)] = i;
+                slots[usize::from(s)] = Some(i);
             }
         }
         let (changed, idle) = {
             let mut t = write(&self.table);
             let changed = t.slots != slots;
             t.slots = slots;
-            // Links to nodes without slots are stopped; indices shift, so
+            // Links to nodes without slots are retired; indices shift, so
             // the table is rebuilt around the nodes kept.
             let used: Vec<bool> = (0..t.nodes.len())
                 .map(|i| t.slots.contains(&Some(i)))
@@ -410,26 +303,31 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             }
             (changed, idle)
         };
-        for n in idle {
-            n.stop();
-        }
+        let deadline = Instant::now() + self.base.call_timeout;
+        lock(&self.retiring).extend(idle.into_iter().map(|n| (n, deadline)));
+        self.retire(false);
         if changed {
             self.near.clear();
         }
         Ok(())
     }
 
-    /// Asks for the slot table on `conn` (the node last asked), or, if
-    /// that fails, on a new connection to a node (known ones first, then
-    /// the seeds), and applies it.
-    fn refresh(&self, conn: &mut Option<(SlotsConn, Addr)>) {
-        if let Some((c, addr)) = conn.as_mut() {
-            match c.ask(&addr.0) {
-                Ok(r) => {
-                    let _ = self.apply(&r, false);
-                    return;
+    /// A slot table: from `asked`'s node if it answers, else from the first
+    /// node that does (linked primaries, then the seeds; never `except`),
+    /// whose connection `asked` then holds. Returns who answered.
+    fn answer(
+        &self,
+        asked: &mut Asked,
+        except: Option<&Addr>,
+    ) -> Result<(Addr, Vec<Range>), Error> {
+        let mut last = None;
+        if let Some((conn, addr)) = asked.as_mut() {
+            match conn.ask(addr) {
+                Ok(r) => return Ok((addr.clone(), r)),
+                Err(e) => {
+                    last = Some(e);
+                    *asked = None;
                 }
-                Err(_) => *conn = None,
             }
         }
         let mut addrs: Vec<Addr> = read(&self.table)
@@ -438,23 +336,75 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             .map(|n| n.addr.clone())
             .collect();
         addrs.extend(self.seeds.iter().cloned());
+        let mut tried: Vec<Addr> = Vec::new();
         for a in addrs {
-            if let Ok((c, r)) = SlotsConn::open(&self.base, &a) {
-                *conn = Some((c, a));
-                let _ = self.apply(&r, false);
-                return;
+            if Some(&a) == except || tried.contains(&a) {
+                continue;
+            }
+            tried.push(a.clone());
+            match SlotsConn::open(&self.base, &a) {
+                Ok((conn, r)) => {
+                    *asked = Some((conn, a.clone()));
+                    return Ok((a, r));
+                }
+                Err(e) => last = Some(e),
             }
         }
+        Err(last.unwrap_or_else(|| {
+            Error::Config("no other node of the cluster is known to ask for its slot table".into())
+        }))
     }
 
-    fn refresh_loop(self: Arc<Self>) {
-        let mut conn = None;
+    /// Reads the slot table and takes it if it is to be trusted (see the
+    /// module docs, *Which answer is taken*); keeps the error of a read
+    /// that gave none.
+    fn refresh(&self, asked: &mut Asked) {
+        let r = self.read_table(asked);
+        *lock(&self.table_error) = r.err();
+    }
+
+    fn read_table(&self, asked: &mut Asked) -> Result<(), Error> {
+        let (by, answer) = self.answer(asked, None)?;
+        let current = self.ranges();
+        if answer == current {
+            return Ok(());
+        }
+        // A change, or a node that is wrong: ask another.
+        let mut other = None;
+        match self.answer(&mut other, Some(&by)) {
+            Ok((_, second)) if second == answer => {}
+            // The answer is not confirmed: the other node is asked first
+            // from now on (a node that is wrong is not asked again, one
+            // that was ahead will be confirmed by the next read).
+            Ok((other_by, second)) => {
+                *asked = other;
+                if second == current {
+                    return Ok(());
+                }
+                return Err(Error::Protocol(format!(
+                    "{} and {} answer different slot tables (a change under way?); the table \
+                     in use is kept until two nodes agree",
+                    label(&by),
+                    label(&other_by)
+                )));
+            }
+            // No other node answers: the one that did is enough.
+            Err(_) => {}
+        }
+        if answer.is_empty() {
+            return Err(empty(&by));
+        }
+        self.apply(&answer)
+    }
+
+    fn refresh_loop(self: Arc<Self>, mut asked: Asked) {
         while !self.closing.load(Ordering::Acquire) {
             thread::park_timeout(REFRESH_EVERY);
             if self.closing.load(Ordering::Acquire) {
                 break;
             }
-            self.refresh(&mut conn);
+            self.refresh(&mut asked);
+            self.retire(false);
         }
     }
 
@@ -473,9 +423,13 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             None => {
                 drop(t);
                 self.kick();
+                let why = match &*lock(&self.table_error) {
+                    Some(e) => format!(" (the slot table could not be read: {e})"),
+                    None => String::new(),
+                };
                 Err(Error::connection(
                     io::ErrorKind::NotConnected,
-                    &format!("no primary of the cluster is linked for slot {slot}"),
+                    &format!("no primary of the cluster is linked for slot {slot}{why}"),
                 ))
             }
         }
@@ -538,8 +492,12 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
     }
 
     /// Sends with `send` (given the link, and whether to send `ASKING`
-    /// first) and waits for the reply, following a cluster's redirects. A
-    /// cluster's connection errors name their node.
+    /// first) and waits for the reply, following a cluster's redirects.
+    /// A link whose first attempt to connect has not ended is waited for
+    /// first (see [`Shared::first_attempt`]); if it ends without a
+    /// connection, the call fails with its error. A link retired by a new
+    /// slot table before the call was sent on it is routed again (each
+    /// such try counts as a redirect). Errors about a server name it.
     pub(crate) fn run<T>(
         &self,
         key: &K,
@@ -549,10 +507,28 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         let mut link = self.first(key, prefix)?;
         let mut asking = false;
         for _ in 0..MAX_REDIRECTS {
-            let r = send(&link, asking)
-                .and_then(Receiver::wait)
-                .map_err(|e| self.at(e, &link));
-            match self.redirected(r) {
+            if let Some(first) = link.first_attempt() {
+                let _ = first.wait();
+                match link.settled() {
+                    Ok(()) => {}
+                    Err(Some(e)) => return Err(e.at(&link.cfg.node())),
+                    Err(None) => {
+                        (link, asking) = (self.first(key, prefix)?, false);
+                        continue;
+                    }
+                }
+            }
+            let r = match send(&link, asking) {
+                // Retired by a new slot table since it was routed: nothing
+                // was sent; route again.
+                Err(_) if link.closed() => {
+                    (link, asking) = (self.first(key, prefix)?, false);
+                    continue;
+                }
+                sent => sent.and_then(Receiver::wait),
+            }
+            .map_err(|e| self.at(e, &link));
+            match self.redirected(r, &link) {
                 ControlFlow::Continue(next) => (link, asking) = next,
                 ControlFlow::Break(done) => return done,
             }
@@ -570,12 +546,27 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         let mut link = self.first(key, prefix)?;
         let mut asking = false;
         for _ in 0..MAX_REDIRECTS {
+            if let Some(first) = link.first_attempt() {
+                let _ = first.await;
+                match link.settled() {
+                    Ok(()) => {}
+                    Err(Some(e)) => return Err(e.at(&link.cfg.node())),
+                    Err(None) => {
+                        (link, asking) = (self.first(key, prefix)?, false);
+                        continue;
+                    }
+                }
+            }
             let r = match send(&link, asking) {
                 Ok(rx) => rx.await,
+                Err(_) if link.closed() => {
+                    (link, asking) = (self.first(key, prefix)?, false);
+                    continue;
+                }
                 Err(e) => Err(e),
             }
             .map_err(|e| self.at(e, &link));
-            match self.redirected(r) {
+            match self.redirected(r, &link) {
                 ControlFlow::Continue(next) => (link, asking) = next,
                 ControlFlow::Break(done) => return done,
             }
@@ -586,10 +577,14 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
     /// What one try's result leads to: `Break` ends the call with that
     /// result (a reply, or an error that is no redirect); `Continue` is a
     /// cluster's redirect: the link to try next and whether to send ASKING
-    /// first.
-    fn redirected<T>(&self, r: Result<T, Error>) -> ControlFlow<Result<T, Error>, Retry<K, V>> {
+    /// first. `link` gave `r` (a redirect without a host means its node).
+    fn redirected<T>(
+        &self,
+        r: Result<T, Error>,
+        link: &Shared<K, V>,
+    ) -> ControlFlow<Result<T, Error>, Retry<K, V>> {
         match (self, r) {
-            (Links::Cluster(c), Err(e)) => match Redirect::parse(&e) {
+            (Links::Cluster(c), Err(e)) => match Redirect::parse(&e, &link.cfg.host) {
                 Some(red) => match c.follow(&red) {
                     Ok(link) => ControlFlow::Continue((link, red.ask)),
                     Err(e) => ControlFlow::Break(Err(e)),
@@ -600,19 +595,11 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         }
     }
 
-    /// A cluster's connection error, with the node it is about.
+    /// A call's connection error, naming the server it is about.
     fn at(&self, e: Error, link: &Shared<K, V>) -> Error {
-        match (self, e) {
-            (Links::Cluster(_), Error::Connection(io)) => {
-                Error::Connection(Arc::new(io::Error::new(
-                    io.kind(),
-                    AtNode {
-                        node: format!("{}:{}", link.cfg.host, link.cfg.port),
-                        cause: io,
-                    },
-                )))
-            }
-            (_, e) => e,
+        match e {
+            Error::Connection(_) => e.at(&link.cfg.node()),
+            e => e,
         }
     }
 
@@ -621,9 +608,22 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         self.each(|l| l.connected()).into_iter().all(|c| c)
     }
 
-    /// The first reconnecting link's last failed attempt.
+    /// The first reconnecting link's last failed attempt, naming its
+    /// server.
     pub(crate) fn last_error(&self) -> Option<Error> {
-        self.each(|l| l.last_error()).into_iter().flatten().next()
+        self.each(|l| l.last_error().map(|e| e.at(&l.cfg.node())))
+            .into_iter()
+            .flatten()
+            .next()
+    }
+
+    /// Over a cluster: why the last read of the slot table gave no table
+    /// to trust, until one does.
+    pub(crate) fn table_error(&self) -> Option<Error> {
+        match self {
+            Links::One { .. } => None,
+            Links::Cluster(c) => lock(&c.table_error).clone(),
+        }
     }
 
     /// Connections made by all links.
@@ -676,25 +676,24 @@ impl<K, V> Cluster<K, V> {
         for n in nodes {
             n.stop();
         }
+        self.retire(true);
     }
-}
 
-/// A connection error of one node of a cluster.
-#[derive(Debug)]
-struct AtNode {
-    node: String,
-    cause: Arc<io::Error>,
-}
-
-impl fmt::Display for AtNode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cluster node {}: {}", self.node, self.cause)
-    }
-}
-
-impl std::error::Error for AtNode {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.cause)
+    /// Stops the retiring links that no call waits on, or past their
+    /// deadline (`all`: every one), outside the lock.
+    fn retire(&self, all: bool) {
+        let now = Instant::now();
+        let done: Vec<Node<K, V>> = {
+            let mut r = lock(&self.retiring);
+            let (done, kept) = std::mem::take(&mut *r)
+                .into_iter()
+                .partition(|(n, at)| all || now >= *at || n.link.quiet());
+            *r = kept;
+            done.into_iter().map(|(n, _)| n).collect()
+        };
+        for n in done {
+            n.stop();
+        }
     }
 }
 
@@ -705,33 +704,4 @@ fn too_many() -> Error {
     Error::Protocol(format!(
         "more than {MAX_REDIRECTS} cluster redirects (MOVED/ASK) for one call"
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn crc16_and_slots_match_redis() {
-        // The check value of CRC16/XMODEM, and the Redis Cluster spec's.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"bar"), 5061);
-        // Hash tags: the first {...} with something inside.
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
-        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-    }
-
-    #[test]
-    fn redirects_parse() {
-        let r = Redirect::parse(&Error::Server("MOVED 3999 127.0.0.1:6381".into())).unwrap();
-        assert!(!r.ask);
-        assert_eq!((r.slot, r.addr), (3999, ("127.0.0.1".to_string(), 6381)));
-        let r = Redirect::parse(&Error::Server("ASK 1 ::1:7000".into())).unwrap();
-        assert!(r.ask);
-        assert_eq!(r.addr, ("::1".to_string(), 7000));
-        assert!(Redirect::parse(&Error::Server("WRONGTYPE x".into())).is_none());
-    }
 }

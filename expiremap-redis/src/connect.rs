@@ -51,14 +51,50 @@ impl fmt::Debug for Config {
     }
 }
 
-/// `url` with its credentials (everything between `://` and the last `@`)
-/// replaced by `***`, for messages and `Debug`.
+/// Query parameters shown as they are in a masked URL; every other
+/// parameter's value (`pass`, `password`, `user`...) is masked.
+const SHOWN_PARAMS: [&str; 2] = ["db", "protocol"];
+
+/// `url` with its secrets masked (`***`), for messages and `Debug`: the
+/// user-info (user and password before an `@`), every query value but
+/// those of [`SHOWN_PARAMS`] (the `redis` crate reads `pass` and `user`
+/// from the query of `redis+unix://` URLs), and a fragment. Masked as the
+/// URL parser of the `redis` crate reads it; a URL that does not parse
+/// keeps only its scheme if it has an `@`, `?` or `#` anywhere (a password
+/// may be what makes it unparsable).
 pub(crate) fn redact(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_string();
+    let Ok(mut u) = url::Url::parse(url) else {
+        if !url.contains(['@', '?', '#']) {
+            return url.to_string();
+        }
+        return match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://***"),
+            None => "***".to_string(),
+        };
     };
-    let start = url.find("://").map_or(0, |i| i + 3).min(at);
-    format!("{}***{}", &url[..start], &url[at..])
+    if (!u.username().is_empty() || u.password().is_some())
+        && (u.set_password(None).is_err() || u.set_username("***").is_err())
+    {
+        return format!("{}://***", u.scheme());
+    }
+    if u.query().is_some() {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if SHOWN_PARAMS.contains(&&*k) {
+                    v.into_owned()
+                } else {
+                    "***".to_string()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    if u.fragment().is_some() {
+        u.set_fragment(Some("***"));
+    }
+    u.into()
 }
 
 impl Config {
@@ -110,6 +146,17 @@ impl Config {
             call_timeout: Duration::from_secs(2),
             cluster: false,
         })
+    }
+
+    /// The server, as errors name it: `server host:port`, or `cluster node
+    /// host:port`.
+    pub(crate) fn node(&self) -> String {
+        let what = if self.cluster {
+            "cluster node"
+        } else {
+            "server"
+        };
+        format!("{what} {}:{}", self.host, self.port)
     }
 
     pub(crate) fn ping_every(&self) -> Duration {
@@ -171,6 +218,9 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
                 stream = Some(s);
                 break;
             }
+            Err(e) if is_timeout(&e) => {
+                last = no_answer("TCP connect", Some(cfg.connect_timeout));
+            }
             Err(e) => last = Error::io(e),
         }
     }
@@ -191,6 +241,37 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
         return wire::tls(stream, config, &cfg.host);
     }
     wire::plain(stream)
+}
+
+/// `true` for the error of a socket read or write that timed out (Unix
+/// says `WouldBlock`, "Resource temporarily unavailable", for a socket
+/// timeout).
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
+/// The error of a step of connecting (or of asking for the slot table)
+/// that got no answer within the connect timeout `t` (a socket's timeout,
+/// `None` if it has none): kind `TimedOut`, so [`Error::is_timeout`].
+pub(crate) fn no_answer(what: &str, t: Option<Duration>) -> Error {
+    let t = t.map_or_else(String::new, |t| format!(" ({t:?})"));
+    Error::connection(
+        io::ErrorKind::TimedOut,
+        &format!("{what}: no answer within the connect timeout{t}"),
+    )
+}
+
+/// A server's error reply as the server wrote it (`NOPERM this user
+/// has...`, `MOVED 3999 127.0.0.1:7002`), which is also what a cluster's
+/// redirects are read from.
+pub(crate) fn server_error(e: &redis::ServerError) -> String {
+    match e.details() {
+        Some(d) => format!("{} {d}", e.code()),
+        None => e.code().to_string(),
+    }
 }
 
 /// `HELLO 3`, with the credentials if any.
@@ -223,13 +304,21 @@ pub(crate) fn handshake(
     for (_, c) in cmds {
         c.write_packed_command(&mut bytes);
     }
-    write.send(&bytes).map_err(Error::io)?;
+    // The connect timeout, which `dial` set as the read timeout.
+    let t = read.tcp().read_timeout().ok().flatten();
+    write.send(&bytes).map_err(|e| match is_timeout(&e) {
+        true => no_answer("sending the handshake", t),
+        false => Error::io(e),
+    })?;
     let mut replies = Vec::with_capacity(cmds.len());
     for (name, _) in cmds {
         let reply = loop {
             let v = parser
                 .parse_value(&mut *read)
-                .map_err(|e| Error::connection(io::ErrorKind::InvalidData, &e.to_string()))?;
+                .map_err(|e| match e.is_timeout() {
+                    true => no_answer(&format!("waiting for the reply to {name}"), t),
+                    false => Error::connection(io::ErrorKind::InvalidData, &e.to_string()),
+                })?;
             match v {
                 Value::Push {
                     kind: PushKind::Message,
@@ -240,11 +329,43 @@ pub(crate) fn handshake(
         };
         match reply {
             Value::ServerError(e) if !may_fail.contains(name) => {
-                return Err(Error::Server(format!("{name}: {e}")));
+                return Err(Error::Server(format!("{name}: {}", server_error(&e))));
             }
             reply => replies.push(reply),
         }
     }
     read.tcp().set_read_timeout(None).map_err(Error::io)?;
     Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_masks_user_info_query_values_and_fragments() {
+        let cases = [
+            ("redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"),
+            ("redis://u:pw@h:1/0", "redis://***@h:1/0"),
+            ("redis://:pw@h:1", "redis://***@h:1"),
+            ("rediss://u@h:1", "rediss://***@h:1"),
+            (
+                "redis+unix:///tmp/r.sock?db=2&pass=pw&user=u",
+                "redis+unix:///tmp/r.sock?db=2&pass=***&user=***",
+            ),
+            ("unix:///tmp/r.sock?pass=p@w", "unix:///tmp/r.sock?pass=***"),
+            (
+                "redis://h:1?password=pw#frag",
+                "redis://h:1?password=***#***",
+            ),
+            // Unparsable: only the scheme, if anything could be a secret.
+            ("redis://u:pw@h:port", "redis://***"),
+            ("redis://:p?w@h:1", "redis://***"),
+            ("not a url", "not a url"),
+            ("pw@h", "***"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
 }

@@ -44,13 +44,35 @@ impl Error {
         Error::Connection(Arc::new(e))
     }
 
+    /// This error, naming the server it is about (`node`: `server
+    /// host:port`, or `cluster node host:port`): a connection error keeps
+    /// its kind and gets the cause as its source; a server or protocol
+    /// error gets `node` in its message. Other errors are not about a node.
+    pub(crate) fn at(self, node: &str) -> Self {
+        match self {
+            Error::Connection(cause) => Error::Connection(Arc::new(io::Error::new(
+                cause.kind(),
+                AtNode {
+                    node: node.to_string(),
+                    cause,
+                },
+            ))),
+            Error::Server(m) => Error::Server(format!("{node}: {m}")),
+            Error::Protocol(m) => Error::Protocol(format!("{node}: {m}")),
+            e => e,
+        }
+    }
+
     /// `true` for [`Error::Connection`]: retrying later may succeed.
     pub fn is_connection(&self) -> bool {
         matches!(self, Error::Connection(_))
     }
 
     /// `true` for a call that got no reply within the call timeout
-    /// ([`Builder::call_timeout`](crate::Builder::call_timeout)).
+    /// ([`Builder::call_timeout`](crate::Builder::call_timeout)), and for
+    /// a connect that got no answer within the connect timeout
+    /// ([`Builder::connect_timeout`](crate::Builder::connect_timeout)):
+    /// the message says which server, and after how long.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Connection(e) if e.kind() == io::ErrorKind::TimedOut)
     }
@@ -81,6 +103,25 @@ impl std::error::Error for Error {
 impl From<CodecError> for Error {
     fn from(e: CodecError) -> Self {
         Error::Codec(e)
+    }
+}
+
+/// A connection error about one server, named.
+#[derive(Debug)]
+struct AtNode {
+    node: String,
+    cause: Arc<io::Error>,
+}
+
+impl fmt::Display for AtNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.cause)
+    }
+}
+
+impl std::error::Error for AtNode {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.cause)
     }
 }
 

@@ -127,7 +127,11 @@
 //! hits after `S`, but keeps the connection and the near copies, and the
 //! calls made during it get their replies if they come within the call
 //! timeout. A panic of user code on the cache's reader thread (see
-//! *Codec*) never leaves a call waiting either.
+//! *Codec*) never leaves a call waiting either. Connecting waits at most
+//! the connect timeout ([`Builder::connect_timeout`]) for each answer; a
+//! server that gives none is a `TimedOut` error too. Connection errors
+//! name their server (`server host:port: ...`, or `cluster node
+//! host:port: ...`) and a timeout says how long was waited.
 //!
 //! When the connection breaks (server killed, network gone, ping overdue):
 //! near hits stop at once, every call waiting on it fails with
@@ -144,8 +148,9 @@
 //! # Redis Cluster
 //!
 //! [`NearCache::cluster_builder`] takes the URLs of some of a cluster's
-//! nodes (the seeds; one that answers is enough) and gives the same
-//! `NearCache`, with the same calls, coherence and staleness bound per key:
+//! nodes (the seeds; one that answers with the slot table is enough) and
+//! gives the same `NearCache`, with the same calls, coherence and staleness
+//! bound per key:
 //!
 //! * The cache asks a seed for the slot table (`CLUSTER SLOTS`) and opens
 //!   one link, exactly the single-server connection above (RESP3, broadcast
@@ -164,14 +169,36 @@
 //! * Topology: a `MOVED` points the slot at the node it names and asks for
 //!   the slot table at once; an `ASK` (a slot in migration) resends the one
 //!   command with `ASKING`; the slot table is also read every second. A
-//!   primary not linked yet is linked when a redirect or the table names it
-//!   (its connect runs on the thread that met it). When the slot table
-//!   changes, every near copy is dropped; when a node's link is lost,
-//!   every near copy is dropped too (as on one server), and calls on that
-//!   node's keys fail with an [`Error::Connection`] that names the node
-//!   (`cluster node host:port: ...`) while the link reconnects; the other
-//!   nodes' keys keep working. A key leaves a node by `MIGRATE`, which
-//!   deletes it there, so that node's invalidation drops its near copy.
+//!   node named without a host (`cluster-preferred-endpoint-type
+//!   unknown-endpoint`: a null host in `CLUSTER SLOTS`, `MOVED 3999
+//!   :7002`; or `?`) is at the host of the node that named it. When the
+//!   slot table changes, every near copy is dropped; when a node's link is
+//!   lost, every near copy is dropped too (as on one server), and calls on
+//!   that node's keys fail with an [`Error::Connection`] that names the
+//!   node (`cluster node host:port: ...`) while the link reconnects; the
+//!   other nodes' keys keep working. A key leaves a node by `MIGRATE`,
+//!   which deletes it there, so that node's invalidation drops its near
+//!   copy.
+//! * Which slot table is taken: an answer that differs from the table in
+//!   use is taken only once a second node answers the same (or no other
+//!   node answers); an empty table never is. So a node removed with
+//!   `redis-cli --cluster del-node`, which keeps running and answers an
+//!   empty table, is not believed: the cache asks another node from then
+//!   on. A read that gives no table to trust keeps the table in use, and
+//!   [`NearCache::last_slot_table_error`] says why until a read succeeds.
+//! * Linking: a primary not linked yet is linked when a redirect or the
+//!   table names it, and its link connects on a thread of its own, never on
+//!   the calling thread nor under a lock of the cache. A call to a node
+//!   whose first connect has not ended waits for it (an async call awaits,
+//!   so a stalled node holds up only the calls that wait on it), at most
+//!   four connect timeouts, then fails with that connect's error, naming
+//!   the node (a node that never answers: [`Error::is_timeout`]). `build`
+//!   needs the slot table from one seed and waits for every primary's
+//!   first connect (in parallel); a primary that cannot be reached (down,
+//!   another password) does not fail it: its keys' calls fail, naming it,
+//!   while its link keeps trying, and no near copy is served meanwhile (see
+//!   the bullet on stalls above). Errors about a node (a refused
+//!   connection, `WRONGPASS`) name it.
 //! * For the other nodes' keys to keep working while a primary is down
 //!   without a replica to replace it, the cluster must be set with
 //!   `cluster-require-full-coverage no` (otherwise every node answers
@@ -185,7 +212,7 @@
 //!   bound: a primary cut off from its cluster but not from this process
 //!   keeps answering pings, so near copies of its keys may be served while
 //!   its replacement takes writes, until it steps down or its link fails.
-//!   Tested on a cluster of three primaries of Redis 7.0.15.
+//!   Tested on clusters of three and four primaries of Redis 7.0.15.
 //!
 //! # Requirements
 //!
@@ -299,6 +326,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod builder;
 mod cluster;
 mod codec;
 mod connect;
@@ -308,23 +336,23 @@ mod link;
 mod nonblocking;
 mod prefix;
 mod reply;
+mod slots;
 mod wire;
 
+pub use builder::Builder;
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
 
-use cluster::{Cluster, Links};
-use connect::Config;
+use cluster::Links;
 use expirations::Expirations;
-use expiremap::{DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS, ExpireMap};
-use link::Shared;
+use expiremap::ExpireMap;
 use prefix::PrefixClaim;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a key of a [`NearCache`] must be: hashable, cloneable and
@@ -366,269 +394,11 @@ pub struct NearCache<K, V> {
     _prefix: PrefixClaim,
 }
 
-/// Settings of a [`NearCache`], from [`NearCache::builder`].
-pub struct Builder<K, V> {
-    url: String,
-    /// From [`NearCache::cluster_builder`]: the seed nodes' URLs.
-    seeds: Option<Vec<String>>,
-    prefix: Option<Vec<u8>>,
-    max_entries: Option<u64>,
-    max_near_ttl: Option<Duration>,
-    staleness: Option<Duration>,
-    connect_timeout: Option<Duration>,
-    call_timeout: Option<Duration>,
-    tls_ca_pem: Option<Vec<u8>>,
-    publish_removals: bool,
-    redis_expirations: bool,
-    _types: std::marker::PhantomData<fn() -> (K, V)>,
-}
-
-impl<K: CacheKey, V: CacheValue> Builder<K, V> {
-    /// The namespace of the cache's keys in Redis (default `"expiremap:"`).
-    /// Caches that share data must use the same prefix and the same key and
-    /// value types. It must not be empty, and caches of different data on
-    /// the same server must not have prefixes of which one starts the other
-    /// (`"a"` and `"ab"`): their keys could alias. `build` refuses such a
-    /// prefix where it can see the other, in a live cache of this process
-    /// on the same server (`host:port/db`); across processes it cannot.
-    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-        self.prefix = Some(prefix.as_ref().to_vec());
-        self
-    }
-
-    /// Bounds the number of near copies (default: unbounded). Redis holds
-    /// the data; the bound only limits this process's memory.
-    pub fn max_entries(mut self, n: u64) -> Self {
-        self.max_entries = Some(n);
-        self
-    }
-
-    /// The longest a near copy may live, whatever its Redis TTL (default
-    /// 60 s). Also the life of a near copy of a key without a Redis TTL.
-    pub fn max_near_ttl(mut self, cap: Duration) -> Self {
-        self.max_near_ttl = Some(cap);
-        self
-    }
-
-    /// The staleness bound `S` (default 500 ms, at least 4 ms): a `get` that
-    /// starts more than `S` after a write completed never returns the
-    /// value it replaced. The cache pings every `S / 4`.
-    pub fn staleness_bound(mut self, s: Duration) -> Self {
-        self.staleness = Some(s);
-        self
-    }
-
-    /// How long connecting (TCP, TLS and handshake) may take (default
-    /// 1 s, not zero).
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = Some(d);
-        self
-    }
-
-    /// How long a call waits for its reply (default 2 s, not zero): then it
-    /// fails with an [`Error::Connection`] of kind
-    /// [`TimedOut`](std::io::ErrorKind::TimedOut) ([`Error::is_timeout`]),
-    /// and a write may still be applied by the server. Also how long a
-    /// ping may go unanswered, if longer than the staleness bound, before
-    /// the connection is taken for dead and closed (dropping every near
-    /// copy): a server stall shorter than both stops near hits after the
-    /// staleness bound, but keeps the connection, and the calls that wait
-    /// less than this get their replies.
-    pub fn call_timeout(mut self, d: Duration) -> Self {
-        self.call_timeout = Some(d);
-        self
-    }
-
-    /// For `rediss://` (TLS) servers: trust the CA certificates in `pem`
-    /// (one or more `-----BEGIN CERTIFICATE-----` blocks) instead of the
-    /// bundled Mozilla roots (`webpki-roots`), for a private CA as managed
-    /// services and self-run servers often use. The server's certificate
-    /// must name the URL's host (a DNS name, or an IP address in its
-    /// `subjectAltName`). Needs the `tls` feature (on by default).
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
-        self.tls_ca_pem = Some(pem.as_ref().to_vec());
-        self
-    }
-
-    /// Also publish `Removed` and `Replaced` events of near copies
-    /// (invalidations, removes, overwrites) to subscribers.
-    pub fn publish_removals(mut self, on: bool) -> Self {
-        self.publish_removals = on;
-        self
-    }
-
-    /// Also report the keys under the prefix that expire in Redis, through
-    /// [`NearCache::subscribe_expirations`] (see the crate docs,
-    /// *Expirations in Redis*). The server must be set to send `expired`
-    /// key events (`notify-keyspace-events` with `E` and `x`): `build`
-    /// checks that where the server lets it read its configuration, and
-    /// fails with [`Error::Config`] if not.
-    pub fn redis_expirations(mut self, on: bool) -> Self {
-        self.redis_expirations = on;
-        self
-    }
-
-    /// Connects (once, on this thread: an unreachable server is an error
-    /// here), sets up tracking and starts the cache's threads. Settings are
-    /// checked before connecting:
-    ///
-    /// ```
-    /// use expiremap_redis::{Error, NearCache};
-    ///
-    /// let r = NearCache::<String, u64>::builder("redis://127.0.0.1:6379")
-    ///     .prefix("")
-    ///     .build();
-    /// assert!(matches!(r, Err(Error::Config(_))));
-    /// let r = NearCache::<String, u64>::builder("not a url").build();
-    /// assert!(matches!(r, Err(Error::Config(_))));
-    /// ```
-    pub fn build(self) -> Result<NearCache<K, V>, Error> {
-        if self.seeds.as_ref().is_some_and(Vec::is_empty) {
-            return Err(Error::Config(
-                "the cluster builder needs at least one seed node".into(),
-            ));
-        }
-        let mut cfg = Config::from_url(&self.url)?;
-        #[cfg(feature = "tls")]
-        if cfg.tls {
-            cfg.tls_config = Some(wire::client_config(self.tls_ca_pem.as_deref())?);
-        }
-        if !cfg.tls && self.tls_ca_pem.is_some() {
-            return Err(Error::Config(
-                "tls_ca_pem is for rediss:// (TLS) URLs".into(),
-            ));
-        }
-        if let Some(p) = self.prefix {
-            if p.is_empty() {
-                return Err(Error::Config("the key prefix must not be empty".into()));
-            }
-            cfg.prefix = p;
-        }
-        if let Some(s) = self.staleness {
-            if s < Duration::from_millis(4) {
-                return Err(Error::Config(format!(
-                    "staleness_bound({s:?}) is below 4 ms"
-                )));
-            }
-            cfg.staleness = s;
-        }
-        if let Some(c) = self.max_near_ttl {
-            cfg.max_near_ttl = c;
-        }
-        for (name, t, slot) in [
-            (
-                "connect_timeout",
-                self.connect_timeout,
-                &mut cfg.connect_timeout,
-            ),
-            ("call_timeout", self.call_timeout, &mut cfg.call_timeout),
-        ] {
-            match t {
-                Some(t) if t.is_zero() => {
-                    return Err(Error::Config(format!("{name} must not be zero")));
-                }
-                Some(t) => *slot = t,
-                None => {}
-            }
-        }
-        let server = match &self.seeds {
-            Some(seeds) => {
-                if self.redis_expirations {
-                    return Err(Error::Config(
-                        "redis_expirations is not supported over a Redis Cluster yet".into(),
-                    ));
-                }
-                if cfg.db != 0 {
-                    return Err(Error::Config(
-                        "a Redis Cluster has only database 0 (no /db in the seed URLs)".into(),
-                    ));
-                }
-                cfg.cluster = true;
-                let mut addrs: Vec<String> = seeds.iter().map(|u| connect::redact(u)).collect();
-                addrs.sort();
-                format!("cluster {}", addrs.join(" "))
-            }
-            None => format!("{}:{}/{}", cfg.host, cfg.port, cfg.db),
-        };
-        let claim = PrefixClaim::take(server, &cfg.prefix)?;
-
-        let mut near = ExpireMap::<K, V>::builder().publish_removals(self.publish_removals);
-        if let Some(n) = self.max_entries {
-            near = near.max_entries(n);
-        }
-        let near = Arc::new(near.try_build().map_err(|e| Error::Config(e.to_string()))?);
-        let events_cfg = cfg.clone();
-        let (prefix, staleness) = (cfg.prefix.clone(), cfg.staleness);
-        let links = match &self.seeds {
-            Some(seeds) => {
-                let mut addrs = Vec::new();
-                for u in seeds {
-                    let c = Config::from_url(u)?;
-                    addrs.push((c.host, c.port));
-                }
-                Links::Cluster(Cluster::start(cfg, addrs, Arc::clone(&near))?)
-            }
-            None => {
-                let link = Arc::new(Shared::new(Arc::clone(&near), cfg));
-                let supervisor = link.start()?;
-                Links::One {
-                    link,
-                    supervisor: Mutex::new(Some(supervisor)),
-                }
-            }
-        };
-        let mut cache = NearCache {
-            links,
-            near,
-            prefix,
-            staleness,
-            expirations: None,
-            flights: nonblocking::Flights::new(),
-            _prefix: claim,
-        };
-        if self.redis_expirations {
-            // On an error, dropping `cache` closes its data connection.
-            let ring = broadcast::Sender::new(DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_SUBSCRIBERS)
-                .map_err(|e| Error::Config(e.to_string()))?;
-            cache.expirations = Some(Expirations::start(events_cfg, ring)?);
-        }
-        Ok(cache)
-    }
-}
-
-impl<K, V> fmt::Debug for Builder<K, V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
-            .field("url", &connect::redact(&self.url))
-            .field("prefix", &self.prefix)
-            .field("max_entries", &self.max_entries)
-            .field("max_near_ttl", &self.max_near_ttl)
-            .field("staleness", &self.staleness)
-            .field("redis_expirations", &self.redis_expirations)
-            .finish_non_exhaustive()
-    }
-}
-
 impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// A builder for a cache on the server at `url`
     /// (`redis://[user:password@]host:port[/db]`).
     pub fn builder(url: impl Into<String>) -> Builder<K, V> {
-        Builder {
-            url: url.into(),
-            seeds: None,
-            prefix: None,
-            max_entries: None,
-            max_near_ttl: None,
-            staleness: None,
-            connect_timeout: None,
-            call_timeout: None,
-            tls_ca_pem: None,
-            publish_removals: false,
-            redis_expirations: false,
-            _types: std::marker::PhantomData,
-        }
+        Builder::new(url.into(), None)
     }
 
     /// A builder for a cache over a Redis Cluster, from its seed nodes'
@@ -652,9 +422,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         S: Into<String>,
     {
         let seeds: Vec<String> = seeds.into_iter().map(Into::into).collect();
-        let mut b = Self::builder(seeds.first().cloned().unwrap_or_default());
-        b.seeds = Some(seeds);
-        b
+        Builder::new(seeds.first().cloned().unwrap_or_default(), Some(seeds))
     }
 
     /// The value of `key`: from the near copy if there is one and the
@@ -824,6 +592,15 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// in their message and as their error's source.
     pub fn last_connect_error(&self) -> Option<Error> {
         self.links.last_error()
+    }
+
+    /// Over a Redis Cluster: why the last read of the slot table gave no
+    /// table to trust (no node answered, nodes disagreed, or a node
+    /// answered an empty table), until a read does; the table in use is
+    /// kept meanwhile. Calls that find no primary for their slot carry it
+    /// in their message. Always `None` for one server.
+    pub fn last_slot_table_error(&self) -> Option<Error> {
+        self.links.table_error()
     }
 
     /// How many connections the cache has made, the first included: one

@@ -46,7 +46,7 @@
 //!   on which.
 
 use crate::codec;
-use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
+use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_error, server_major};
 use crate::error::Error;
 use crate::reply::{self, Receiver};
 use crate::wire::{ReadHalf, WriteHalf};
@@ -81,6 +81,11 @@ const SLACK: Duration = Duration::from_millis(2);
 /// Largest `PX` we send (about 35,000 years): the server refuses a deadline
 /// past `i64::MAX` ms.
 const MAX_PX_MS: u128 = 1 << 50;
+
+/// How many connect timeouts a call waits at most for the first attempt
+/// of a link to end (a connect is a TCP connect, maybe a TLS handshake,
+/// and the handshake's replies, each bounded by the connect timeout).
+const FIRST_ATTEMPT_WAIT: u32 = 4;
 
 /// Most time between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
@@ -165,6 +170,11 @@ pub(crate) struct Shared<K, V> {
     pub(crate) connects: AtomicU64,
     /// Why the last attempt to reconnect failed, while the cache is down.
     last_error: Mutex<Option<Error>>,
+    /// Attempts to connect that have ended, well or not.
+    attempts: AtomicU64,
+    /// Calls waiting for the end of the first attempt (a cluster's node
+    /// linked by a redirect); woken, with no lock held, when it ends.
+    first: Mutex<Vec<reply::Sender<()>>>,
     /// The server has `EVAL_RO` (read at each connection, from `HELLO`).
     eval_ro: AtomicBool,
 }
@@ -236,6 +246,8 @@ where
             supervisor: OnceLock::new(),
             connects: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            attempts: AtomicU64::new(0),
+            first: Mutex::new(Vec::new()),
             eval_ro: AtomicBool::new(false),
         }
     }
@@ -243,6 +255,50 @@ where
     /// The error of a call that finds no connection.
     fn down(&self) -> Error {
         down(lock(&self.last_error).clone())
+    }
+
+    /// If no attempt to connect has ended yet: the end of the first (a
+    /// reply of `()`, or an error once [`FIRST_ATTEMPT_WAIT`] connect
+    /// timeouts have passed or the link is closed), for a call to wait on,
+    /// parked or awaiting, before it uses the link.
+    pub(crate) fn first_attempt(&self) -> Option<Receiver<()>> {
+        if self.attempts.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let mut first = lock(&self.first);
+        // Counted under this lock by `attempted`: no waiter is missed.
+        if self.attempts.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let (tx, rx) = reply::channel(self.cfg.connect_timeout.saturating_mul(FIRST_ATTEMPT_WAIT));
+        first.push(tx);
+        Some(rx)
+    }
+
+    /// An attempt to connect has ended: wakes those waiting for the first.
+    fn attempted(&self) {
+        let waiting = {
+            let mut first = lock(&self.first);
+            self.attempts.fetch_add(1, Ordering::AcqRel);
+            std::mem::take(&mut *first)
+        };
+        for tx in waiting {
+            tx.send(Ok(()));
+        }
+    }
+
+    /// After a first attempt to connect: `Ok` while connected; else the
+    /// failed attempt's error, or `None` if the link was closed (retired)
+    /// with no attempt failed.
+    pub(crate) fn settled(&self) -> Result<(), Option<Error>> {
+        if self.connected() {
+            return Ok(());
+        }
+        match lock(&self.last_error).clone() {
+            Some(e) => Err(Some(e)),
+            None if self.closed() => Err(None),
+            None => Err(Some(self.down())),
+        }
     }
 
     /// Why the last attempt to connect failed, while the cache is down.
@@ -401,13 +457,7 @@ where
             if let Some(k) = op.key() {
                 self.near.remove(k);
             }
-            // As the server wrote it ("MOVED 3999 127.0.0.1:7002"), which
-            // is also what the cluster's redirects are read from.
-            let m = match e.details() {
-                Some(d) => format!("{} {d}", e.code()),
-                None => e.code().to_string(),
-            };
-            return op.fail(Error::Server(m));
+            return op.fail(Error::Server(server_error(&e)));
         }
         match op {
             Op::Asking => {}
@@ -672,21 +722,35 @@ where
     /// "reconnecting".
     pub(crate) fn start(self: &Arc<Self>) -> Result<JoinHandle<()>, Error> {
         let first = self.connect()?;
-        let me = Arc::clone(self);
-        let supervisor = thread::Builder::new()
-            .name("expiremap-redis-supervisor".into())
-            .spawn(move || me.supervise(first))
-            .map_err(Error::io)?;
+        let supervisor = self.spawn(Some(first))?;
         while self.connects.load(Ordering::Acquire) == 0 && !supervisor.is_finished() {
             thread::yield_now();
         }
         Ok(supervisor)
     }
 
-    /// The supervisor thread: pings, and reconnects after a loss.
-    pub(crate) fn supervise(self: Arc<Self>, first: Fresh) {
+    /// Starts the supervisor, which installs `first` or, if `None`,
+    /// connects on its own thread (and reconnects while it cannot): a
+    /// cluster's links, which no caller waits for unless it chooses to
+    /// ([`first_attempt`](Self::first_attempt)).
+    pub(crate) fn spawn(self: &Arc<Self>, first: Option<Fresh>) -> Result<JoinHandle<()>, Error> {
+        let me = Arc::clone(self);
+        thread::Builder::new()
+            .name("expiremap-redis-supervisor".into())
+            .spawn(move || me.supervise(first))
+            .map_err(Error::io)
+    }
+
+    /// The supervisor thread: connects if need be, pings, and reconnects
+    /// after a loss.
+    fn supervise(self: Arc<Self>, first: Option<Fresh>) {
         let _ = self.supervisor.set(thread::current());
-        let mut reader = self.install(first).ok();
+        // However it ends: no caller waits on a first attempt for ever.
+        let _waiters = OnDrop(|| drop(std::mem::take(&mut *lock(&self.first))));
+        let mut reader = first.and_then(|f| self.install(f).ok());
+        if reader.is_some() {
+            self.attempted();
+        }
         let mut backoff = Duration::from_millis(10);
         while !self.closing.load(Ordering::Acquire) {
             if self.connected() {
@@ -701,9 +765,11 @@ where
                 Ok(h) => {
                     reader = Some(h);
                     backoff = Duration::from_millis(10);
+                    self.attempted();
                 }
                 Err(e) => {
                     *lock(&self.last_error) = Some(e);
+                    self.attempted();
                     thread::park_timeout(backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
@@ -721,6 +787,20 @@ where
 impl<K, V> Shared<K, V> {
     fn link(&self) -> MutexGuard<'_, Option<Conn<K, V>>> {
         self.link.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `true` once the link is closed (it will not connect again).
+    pub(crate) fn closed(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// `true` if no call waits on this link (pings aside).
+    pub(crate) fn quiet(&self) -> bool {
+        self.link().as_ref().is_none_or(|c| {
+            c.pending
+                .iter()
+                .all(|op| matches!(op, Op::Ping { .. } | Op::Asking))
+        })
     }
 
     /// Stops the supervisor (which stops the reader); the caller joins it.

@@ -85,6 +85,10 @@ pub(crate) fn tls(
                 ));
             }
             Ok(_) => {}
+            Err(e) if crate::connect::is_timeout(&e) => {
+                let t = tcp.read_timeout().ok().flatten();
+                return Err(crate::connect::no_answer("TLS handshake", t));
+            }
             Err(e) => {
                 return Err(Error::connection(e.kind(), &format!("TLS handshake: {e}")));
             }

@@ -297,6 +297,51 @@ fn secrets_stay_out_of_debug_and_errors_and_zero_timeouts_are_config_errors() {
 }
 
 #[test]
+fn query_string_secrets_stay_out_of_debug_and_errors() {
+    // A password can come in the query string (`redis+unix://...?pass=`,
+    // the `redis` crate's form for Unix sockets), not only before an `@`;
+    // and an `@` inside such a password must not let its tail through.
+    let urls = [
+        "redis+unix:///tmp/expiremap-test.sock?pass=hunter2",
+        "unix:///tmp/expiremap-test.sock?db=1&user=alice&pass=hunter2",
+        "redis+unix:///tmp/expiremap-test.sock?db=notanumber&pass=hunter2",
+        "redis+unix:///tmp/expiremap-test.sock?pass=hun@ter2",
+        "redis://127.0.0.1:1/0?password=hunter2",
+        "redis://alice:hunter2@127.0.0.1:notaport?pass=hunter2",
+        "redis://:hun?ter2@127.0.0.1:1",
+    ];
+    let leaks = |shown: &str| {
+        ["hunter2", "hun", "ter2", "alice"]
+            .iter()
+            .any(|s| shown.contains(s))
+    };
+    for url in urls {
+        let b = NearCache::<String, u64>::builder(url);
+        let shown = format!("{b:?}");
+        assert!(!leaks(&shown), "{url}: {shown}");
+        // A configuration error, or (the TCP URL) a refused connection.
+        let e = b.build().unwrap_err();
+        assert!(!leaks(&e.to_string()), "{url}: {e}");
+        assert!(!leaks(&format!("{e:?}")), "{url}: {e:?}");
+        let b = NearCache::<String, u64>::cluster_builder(["redis://127.0.0.1:1", url]);
+        let shown = format!("{b:?}");
+        assert!(!leaks(&shown), "{url}: {shown}");
+        let e = b.build().unwrap_err();
+        assert!(!leaks(&e.to_string()), "{url}: {e}");
+        assert!(!leaks(&format!("{e:?}")), "{url}: {e:?}");
+    }
+    // What is not secret stays readable.
+    let shown = format!(
+        "{:?}",
+        NearCache::<String, u64>::builder("unix:///tmp/expiremap-test.sock?db=3&pass=hunter2")
+    );
+    assert!(
+        shown.contains("/tmp/expiremap-test.sock") && shown.contains("db=3"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn remove_of_an_undecodable_value_says_the_key_was_deleted() {
     let s = Server::start();
     let c: NearCache<String, u64> = NearCache::builder(s.url())

@@ -25,19 +25,8 @@ fn cache(c: &Cluster, prefix: &str) -> NearCache<String, u64> {
         .expect("a cluster cache")
 }
 
-/// The keys (as the cache's `String` keys) under `prefix` that node `i`
-/// holds: the prefix, then postcard's one-byte length (keys here are
-/// short), then the bytes.
 fn keys_on(c: &Cluster, i: usize, prefix: &str) -> Vec<String> {
-    let mut raw = c.nodes[i].raw();
-    let names: Vec<Vec<u8>> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query(&mut raw)
-        .expect("KEYS");
-    names
-        .into_iter()
-        .map(|n| String::from_utf8(n[prefix.len() + 1..].to_vec()).expect("a short key"))
-        .collect()
+    c.keys_on(i, prefix)
 }
 
 #[test]

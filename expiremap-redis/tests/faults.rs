@@ -104,6 +104,32 @@ fn build_fails_when_nothing_listens() {
 }
 
 #[test]
+fn a_server_that_never_answers_is_a_timeout_that_names_it() {
+    // A listener that never accepts nor answers: the kernel completes the
+    // TCP handshake (the backlog), then nothing comes back, whether the
+    // cache waits for `HELLO`'s reply, a TLS handshake or `CLUSTER SLOTS`.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let t = Duration::from_millis(300);
+    let check = |what: &str, r: Result<NearCache<String, u64>, Error>| {
+        let e = r.expect_err(what);
+        let m = e.to_string();
+        assert!(e.is_timeout() && e.is_connection(), "{what}: {m}");
+        assert!(m.contains(&format!("127.0.0.1:{port}")), "{what}: {m}");
+        assert!(m.contains("300ms") && m.contains("timeout"), "{what}: {m}");
+    };
+    let url = format!("redis://127.0.0.1:{port}");
+    let r = NearCache::builder(url.clone()).connect_timeout(t).build();
+    check("redis://", r);
+    let r = NearCache::builder(format!("rediss://127.0.0.1:{port}"))
+        .connect_timeout(t)
+        .build();
+    check("rediss://", r);
+    let r = NearCache::cluster_builder([url]).connect_timeout(t).build();
+    check("cluster", r);
+}
+
+#[test]
 fn killed_connections_miss_no_write_made_while_they_were_down() {
     // The server lives on, but the caches' connections are killed (as an
     // operator's CLIENT KILL, or a proxy restart, would): a write made while
@@ -258,6 +284,10 @@ fn a_call_on_a_frozen_server_times_out_and_the_connection_stays() {
     s.signal("-CONT");
     let e = r.unwrap_err();
     assert!(e.is_timeout() && e.is_connection(), "{e}");
+    // The message says which server, and after how long.
+    let m = e.to_string();
+    assert!(m.contains(&format!("127.0.0.1:{}", s.port)), "{m}");
+    assert!(m.contains("200ms"), "{m}");
     // A timed-out call costs neither the connection nor the near copies.
     let v = eventually("answers again", || c.get(&"missing".to_string()).ok());
     assert_eq!(v, None);

@@ -7,7 +7,6 @@
 
 use super::ExpireMap;
 use super::expiry::Ttl;
-use super::refresh::Look;
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::future::Future;
@@ -56,16 +55,14 @@ where
     /// ```
     pub fn get_with(&self, key: K, init: impl FnOnce() -> V + Send + 'static) -> V {
         match self.look(&key) {
-            Look::Hit(v) => return v,
-            Look::Stale(v) => {
-                self.refresh_spawned(key, Ttl::Own, move || Ok::<V, Infallible>(init()));
-                return v;
+            Some((v, false)) => v,
+            looked => {
+                let init = move || Ok::<V, Infallible>(init());
+                match self.stale_or_load_spawned(key, Ttl::Own, init, looked) {
+                    Ok(v) => v,
+                    Err(never) => match never {},
+                }
             }
-            Look::Miss => {}
-        }
-        match self.load(key, Ttl::Own, || Ok::<V, Infallible>(init())) {
-            Ok(v) => v,
-            Err(never) => match never {},
         }
     }
 
@@ -86,17 +83,14 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         match self.look(key) {
-            Look::Hit(v) => return v,
-            Look::Stale(v) => {
+            Some((v, false)) => v,
+            looked => {
                 let init = move || Ok::<V, Infallible>(init());
-                self.refresh_spawned(key.to_owned(), Ttl::Own, init);
-                return v;
+                match self.stale_or_load_spawned(key.to_owned(), Ttl::Own, init, looked) {
+                    Ok(v) => v,
+                    Err(never) => match never {},
+                }
             }
-            Look::Miss => {}
-        }
-        match self.load(key.to_owned(), Ttl::Own, || Ok::<V, Infallible>(init())) {
-            Ok(v) => v,
-            Err(never) => match never {},
         }
     }
 
@@ -128,14 +122,12 @@ where
         E: Send + Sync + 'static,
     {
         match self.look(&key) {
-            Look::Hit(v) => return Ok(v),
-            Look::Stale(v) => {
-                self.refresh_spawned(key, Ttl::Own, move || init().map_err(Arc::new));
-                return Ok(v);
+            Some((v, false)) => Ok(v),
+            looked => {
+                let init = move || init().map_err(Arc::new);
+                self.stale_or_load_spawned(key, Ttl::Own, init, looked)
             }
-            Look::Miss => {}
         }
-        self.load(key, Ttl::Own, || init().map_err(Arc::new))
     }
 
     /// [`get_with`](Self::get_with) with an `init` that may find nothing:
@@ -157,14 +149,12 @@ where
         init: impl FnOnce() -> Option<V> + Send + 'static,
     ) -> Option<V> {
         match self.look(&key) {
-            Look::Hit(v) => return Some(v),
-            Look::Stale(v) => {
-                self.refresh_spawned(key, Ttl::Own, move || init().ok_or(NoValue));
-                return Some(v);
+            Some((v, false)) => Some(v),
+            looked => {
+                let init = move || init().ok_or(NoValue);
+                self.stale_or_load_spawned(key, Ttl::Own, init, looked).ok()
             }
-            Look::Miss => {}
         }
-        self.load(key, Ttl::Own, || init().ok_or(NoValue)).ok()
     }
 
     /// The async form of [`get_with`](Self::get_with): a hit returns
@@ -190,16 +180,14 @@ where
     where
         F: Future<Output = V> + Send + 'static,
     {
-        match self.look(&key) {
-            Look::Hit(v) => return v,
-            Look::Stale(v) => {
+        if let Some((v, stale)) = self.look(&key) {
+            if stale {
                 let init = async { Ok::<V, Infallible>(init.await) };
                 if let Some(here) = self.refresh_spawned_async(key, Ttl::Own, init) {
                     here.await;
                 }
-                return v;
             }
-            Look::Miss => {}
+            return v;
         }
         let init = async { Ok::<V, Infallible>(init.await) };
         match self.load_async(key, Ttl::Own, init).await {
@@ -232,16 +220,14 @@ where
         F: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        match self.look(&key) {
-            Look::Hit(v) => return Ok(v),
-            Look::Stale(v) => {
+        if let Some((v, stale)) = self.look(&key) {
+            if stale {
                 let init = async { init.await.map_err(Arc::new) };
                 if let Some(here) = self.refresh_spawned_async(key, Ttl::Own, init) {
                     here.await;
                 }
-                return Ok(v);
             }
-            Look::Miss => {}
+            return Ok(v);
         }
         let init = async { init.await.map_err(Arc::new) };
         self.load_async(key, Ttl::Own, init).await
@@ -266,16 +252,14 @@ where
     where
         F: Future<Output = Option<V>> + Send + 'static,
     {
-        match self.look(&key) {
-            Look::Hit(v) => return Some(v),
-            Look::Stale(v) => {
+        if let Some((v, stale)) = self.look(&key) {
+            if stale {
                 let init = async { init.await.ok_or(NoValue) };
                 if let Some(here) = self.refresh_spawned_async(key, Ttl::Own, init) {
                     here.await;
                 }
-                return Some(v);
             }
-            Look::Miss => {}
+            return Some(v);
         }
         let init = async { init.await.ok_or(NoValue) };
         self.load_async(key, Ttl::Own, init).await.ok()

@@ -5,7 +5,6 @@
 
 use super::expiry::Ttl;
 use super::flight::{self, Flight};
-use super::refresh::Look;
 use super::shard::Shard;
 use super::{ExpireMap, PutIf};
 use crate::sync::{Arc, RwLock};
@@ -273,14 +272,9 @@ where
     {
         // A hit or a miss, counted once.
         match self.look(&key) {
-            Look::Hit(v) => return Ok(v),
-            Look::Stale(v) => {
-                self.refresh_here(key, Ttl::Given(ttl), init);
-                return Ok(v);
-            }
-            Look::Miss => {}
+            Some((v, false)) => Ok(v),
+            looked => self.stale_or_load(key, Ttl::Given(ttl), init, looked),
         }
-        self.load(key, Ttl::Given(ttl), init)
     }
 
     /// [`get_or_insert_with`](Self::get_or_insert_with) by reference: the
@@ -343,14 +337,9 @@ where
     {
         // A hit or a miss, counted once.
         match self.look(key) {
-            Look::Hit(v) => return Ok(v),
-            Look::Stale(v) => {
-                self.refresh_here(key.to_owned(), Ttl::Given(ttl), init);
-                return Ok(v);
-            }
-            Look::Miss => {}
+            Some((v, false)) => Ok(v),
+            looked => self.stale_or_load(key.to_owned(), Ttl::Given(ttl), init, looked),
         }
-        self.load(key.to_owned(), Ttl::Given(ttl), init)
     }
 
     /// [`update`](Self::update) by reference. The owned key is made
@@ -497,13 +486,11 @@ where
         E: Clone + Send + Sync + 'static,
     {
         // A hit or a miss, counted once.
-        match self.look(&key) {
-            Look::Hit(v) => return Ok(v),
-            Look::Stale(v) => {
+        if let Some((v, stale)) = self.look(&key) {
+            if stale {
                 self.refresh_here_async(key, Ttl::Given(ttl), init).await;
-                return Ok(v);
             }
-            Look::Miss => {}
+            return Ok(v);
         }
         self.load_async(key, Ttl::Given(ttl), init).await
     }
@@ -590,9 +577,13 @@ where
         match r {
             Ok(v) => {
                 // The map's expiry policy runs here, outside every lock.
+                let own = matches!(ttl, Ttl::Own);
                 let ttl = self.ttl_for_new(ttl, &key, &v);
                 if !ttl.is_zero() {
                     let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
+                } else if own {
+                    // The policy's zero: a live entry (a reload's) expires.
+                    self.expire_untouched(&key, &guard.flight);
                 }
                 guard.done(v.clone());
                 Ok(v)

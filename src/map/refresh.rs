@@ -43,16 +43,6 @@ use std::pin::Pin;
 pub(super) type Spawner =
     std::sync::Arc<dyn Fn(Pin<Box<dyn Future<Output = ()> + Send>>) + Send + Sync>;
 
-/// What a loading call's first look found.
-pub(super) enum Look<V> {
-    /// No live value.
-    Miss,
-    /// A live value.
-    Hit(V),
-    /// A live value due a reload (refresh ahead).
-    Stale(V),
-}
-
 /// Counts a reload as failed when dropped, unless it succeeded.
 struct Failure<'a> {
     count: &'a AtomicU64,
@@ -103,26 +93,23 @@ where
     S: BuildHasher + Send + Sync + 'static,
 {
     /// A loading call's first look: [`get`](Self::get), and in a map with
-    /// refresh ahead whether the value is due a reload. Counted as `get`
-    /// counts.
-    #[inline]
-    pub(super) fn look<Q>(&self, key: &Q) -> Look<V>
+    /// refresh ahead whether the value is due a reload (`true`). Counted as
+    /// `get` counts.
+    #[inline(always)]
+    pub(super) fn look<Q>(&self, key: &Q) -> Option<(V, bool)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         match self.inner.config.refresh {
-            None => match self.get(key) {
-                Some(v) => Look::Hit(v),
-                None => Look::Miss,
-            },
+            None => self.get(key).map(|v| (v, false)),
             Some(after) => self.look_born(key, after),
         }
     }
 
     /// [`look`](Self::look) in a map with refresh ahead.
     #[inline(never)]
-    fn look_born<Q>(&self, key: &Q, after: u64) -> Look<V>
+    fn look_born<Q>(&self, key: &Q, after: u64) -> Option<(V, bool)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -137,16 +124,60 @@ where
             })
         };
         match found {
-            Some((v, stale)) => {
+            Some(hit) => {
                 self.count(true);
-                if stale { Look::Stale(v) } else { Look::Hit(v) }
+                Some(hit)
             }
             // Absent, expired, or expired by idle time: `get` settles it
             // (and counts it) as for any read.
-            None => match self.get(key) {
-                Some(v) => Look::Hit(v),
-                None => Look::Miss,
-            },
+            None => self.get(key).map(|v| (v, false)),
+        }
+    }
+
+    /// A loading call whose first look found no fresh value (`looked`: a
+    /// stale one, or none): reloads the stale value in this call and
+    /// returns it, or loads the missing one. Out of line, so that a fresh
+    /// hit costs what `get` does.
+    #[inline(never)]
+    pub(super) fn stale_or_load<E>(
+        &self,
+        key: K,
+        ttl: Ttl,
+        init: impl FnOnce() -> Result<V, E>,
+        looked: Option<(V, bool)>,
+    ) -> Result<V, E>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        match looked {
+            Some((v, _)) => {
+                self.refresh_here(key, ttl, init);
+                Ok(v)
+            }
+            None => self.load(key, ttl, init),
+        }
+    }
+
+    /// [`stale_or_load`](Self::stale_or_load) whose reload goes to the
+    /// map's spawner, if it has one.
+    #[inline(never)]
+    pub(super) fn stale_or_load_spawned<E, I>(
+        &self,
+        key: K,
+        ttl: Ttl,
+        init: I,
+        looked: Option<(V, bool)>,
+    ) -> Result<V, E>
+    where
+        I: FnOnce() -> Result<V, E> + Send + 'static,
+        E: Clone + Send + Sync + 'static,
+    {
+        match looked {
+            Some((v, _)) => {
+                self.refresh_spawned(key, ttl, init);
+                Ok(v)
+            }
+            None => self.load(key, ttl, init),
         }
     }
 
@@ -186,6 +217,8 @@ where
 
     /// Reloads `key` in this call, if no other reload of it runs: `init`
     /// runs here and its value is stored as a load's (see the module docs).
+    #[cold]
+    #[inline(never)]
     pub(super) fn refresh_here<E>(&self, key: K, ttl: Ttl, init: impl FnOnce() -> Result<V, E>)
     where
         E: Clone + Send + Sync + 'static,
@@ -224,6 +257,8 @@ where
 
     /// Reloads `key` on the map's spawner if it has one (the call returns
     /// at once), else in this call.
+    #[cold]
+    #[inline(never)]
     pub(super) fn refresh_spawned<E, I>(&self, key: K, ttl: Ttl, init: I)
     where
         I: FnOnce() -> Result<V, E> + Send + 'static,

@@ -16,35 +16,36 @@ pub fn redis_cli() -> String {
     std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
 }
 
+/// A server started for a cluster (not joined yet).
+fn node() -> Server {
+    // The bus port would default to port + 10000, which may not exist for
+    // a high port: pick a free one (again on a retry).
+    Server::start_with_ports(|| {
+        let bus = free_port().to_string();
+        [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            &bus,
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-require-full-coverage",
+            "no",
+            "--cluster-allow-reads-when-down",
+            "no",
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+}
+
 impl Cluster {
     /// Starts `n` primaries and joins them; returns once every node reports
     /// `cluster_state:ok`.
     pub fn start(n: usize) -> Cluster {
-        let nodes: Vec<Server> = (0..n)
-            .map(|_| {
-                // The bus port would default to port + 10000, which may not
-                // exist for a high port: pick a free one (again on a retry).
-                Server::start_with_ports(|| {
-                    let bus = free_port().to_string();
-                    [
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-port",
-                        &bus,
-                        "--cluster-node-timeout",
-                        "1000",
-                        "--cluster-require-full-coverage",
-                        "no",
-                        "--cluster-allow-reads-when-down",
-                        "no",
-                    ]
-                    .map(String::from)
-                    .to_vec()
-                })
-            })
-            .collect();
+        let nodes: Vec<Server> = (0..n).map(|_| node()).collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
@@ -125,5 +126,154 @@ impl Cluster {
             }
         }
         panic!("no owner of slot {slot}")
+    }
+
+    /// The keys (as a cache's `String` keys) under `prefix` that node `i`
+    /// holds: the prefix, then postcard's one-byte length (keys in the
+    /// tests are short), then the bytes.
+    pub fn keys_on(&self, i: usize, prefix: &str) -> Vec<String> {
+        let mut raw = self.nodes[i].raw();
+        let names: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query(&mut raw)
+            .expect("KEYS");
+        names
+            .into_iter()
+            .map(|n| String::from_utf8(n[prefix.len() + 1..].to_vec()).expect("a short key"))
+            .collect()
+    }
+
+    /// The slot of the Redis key `name`.
+    pub fn slot_of(&self, name: &[u8]) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(name)
+            .query(&mut self.nodes[0].raw())
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// `CONFIG SET name value` on every node.
+    pub fn config_set(&self, name: &str, value: &str) {
+        for s in &self.nodes {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query(&mut s.raw())
+                .expect("CONFIG SET");
+        }
+    }
+
+    /// Starts one more node and joins it as a primary that owns no slot
+    /// (`redis-cli --cluster add-node`); returns its index once every node
+    /// knows it.
+    pub fn add_node(&mut self) -> usize {
+        self.nodes.push(node());
+        let i = self.nodes.len() - 1;
+        let out = Command::new(redis_cli())
+            .args(["--cluster", "add-node"])
+            .arg(format!("127.0.0.1:{}", self.nodes[i].port))
+            .arg(format!("127.0.0.1:{}", self.nodes[0].port))
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster add-node: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = self.id(i);
+        let t0 = Instant::now();
+        while !(0..self.nodes.len()).all(|j| self.cli(j, &["CLUSTER", "NODES"]).contains(&id)) {
+            assert!(t0.elapsed() < PATIENCE, "the new node is not known to all");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.wait_ok(i);
+        i
+    }
+
+    /// The slots node `i` owns, as node `asker` sees it.
+    pub fn slots_of(&self, asker: usize, i: usize) -> Vec<u16> {
+        let id = self.id(i);
+        let nodes = self.cli(asker, &["CLUSTER", "NODES"]);
+        let line = nodes
+            .lines()
+            .find(|l| l.starts_with(&id))
+            .expect("the node in CLUSTER NODES");
+        let mut slots = Vec::new();
+        for r in line.split(' ').skip(8) {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
+                slots.extend(a..=b);
+            }
+        }
+        slots
+    }
+
+    /// Hands every slot of node `from` to node `to` with `CLUSTER SETSLOT
+    /// ... NODE` on every node, in one transaction per node (a node's view
+    /// changes at once), `from` last (the slots must hold no key); returns
+    /// once every node sees `from` without slots (it may have become a
+    /// replica of `to`).
+    pub fn move_all_slots(&self, from: usize, to: usize) {
+        let slots = self.slots_of(from, from);
+        let to_id = self.id(to);
+        let mut order: Vec<usize> = vec![to];
+        order.extend((0..self.nodes.len()).filter(|&i| i != to && i != from));
+        order.push(from);
+        for i in order {
+            let mut p = redis::pipe();
+            p.atomic();
+            for s in &slots {
+                p.cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(*s)
+                    .arg("NODE")
+                    .arg(&to_id)
+                    .ignore();
+            }
+            let r: redis::RedisResult<()> = p.query(&mut self.nodes[i].raw());
+            // `from` may have learnt the change by gossip first, and a
+            // master that loses its last slot becomes a replica of the
+            // node that took them (which refuses SETSLOT).
+            if i != from {
+                r.expect("CLUSTER SETSLOT");
+            }
+        }
+        let t0 = Instant::now();
+        while !(0..self.nodes.len()).all(|i| self.slots_of(i, from).is_empty()) {
+            assert!(t0.elapsed() < PATIENCE, "node {from} still owns slots");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis-cli --cluster del-node` of node `i` (which must own no slot),
+    /// asked through node `via`: the other nodes forget it, and it is reset
+    /// (`CLUSTER RESET SOFT`) but keeps running.
+    pub fn del_node(&self, i: usize, via: usize) {
+        let out = Command::new(redis_cli())
+            .args(["--cluster", "del-node"])
+            .arg(format!("127.0.0.1:{}", self.nodes[via].port))
+            .arg(self.id(i))
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster del-node: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The nodes on which a RESP3 client's last command was `CLUSTER SLOTS`:
+    /// where a cache reads its slot table.
+    pub fn slot_readers(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.cli(i, &["CLIENT", "LIST"])
+                    .lines()
+                    .any(|l| l.contains("cmd=cluster|slots") && l.contains(" resp=3"))
+            })
+            .collect()
     }
 }
