@@ -1,7 +1,8 @@
-//! Writes share the eviction work: a write that holds its shard's lock
-//! takes a few of that shard's due entries and publishes them as
-//! `Expired` after the unlock. Virtual time only; no thread unless a test
-//! says so.
+//! Writes share the eviction work: a write that holds its shard's lock,
+//! finding entries there that have been due for longer than the thread
+//! promises (one eviction interval plus one precision: the thread is
+//! behind), takes a few of them and publishes them as `Expired` after the
+//! unlock. Virtual time only; no thread unless a test says so.
 
 use expiremap::{Cause, ExpireMap, ManualClock, Subscriber};
 use std::time::Duration;
@@ -10,6 +11,14 @@ const MS: Duration = Duration::from_millis(1);
 const HOUR: Duration = Duration::from_secs(3600);
 /// The most due entries one write takes (`evictor::WRITER_EVICT`).
 const PER_WRITE: usize = 16;
+/// One timer tick at the default precision of 1 ms: 2^19 ns.
+const TICK: u64 = 1 << 19;
+/// How long an entry stays due before a write takes it, at the default
+/// interval (4 ms) and precision (1 ms): 5 ms in whole ticks, 10 of them.
+const LAG: u64 = 10 * TICK;
+/// Past every entry of deadline 10 ms's tick (tick 20, at 10.49 ms) plus
+/// the lag: a write takes them.
+const LATE: Duration = Duration::from_millis(16);
 
 /// One shard, no thread: every eviction is a write's or `evict_expired`'s.
 fn one_shard(clock: &ManualClock) -> expiremap::Builder<u32, u32> {
@@ -31,8 +40,8 @@ fn a_put_takes_its_shards_due_entries_with_their_lateness() {
     for k in 0..5 {
         map.put(k, k * 10, MS * 10);
     }
-    clock.advance(MS * 12);
-    let at = Duration::from_millis(12);
+    clock.advance(LATE);
+    let at = LATE;
     map.put(100, 1, HOUR);
     let events = drain(&mut sub);
     let keys: Vec<u32> = events.iter().map(|e| e.key).collect();
@@ -42,11 +51,11 @@ fn a_put_takes_its_shards_due_entries_with_their_lateness() {
         assert_eq!(e.value, e.key * 10);
         assert_eq!(e.deadline(), MS * 10);
         assert_eq!(e.removed_at(), at);
-        assert_eq!(e.lateness(), MS * 2);
+        assert_eq!(e.lateness(), LATE - MS * 10);
     }
     let s = map.stats();
     assert_eq!((s.evicted, s.evicted_by_writers), (5, 5));
-    assert_eq!(s.max_lateness, MS * 2);
+    assert_eq!(s.max_lateness, LATE - MS * 10);
     assert_eq!(map.len(), 1);
     // Each value left once: nothing is left for a pass.
     assert_eq!(map.evict_expired(), 0);
@@ -54,40 +63,50 @@ fn a_put_takes_its_shards_due_entries_with_their_lateness() {
 }
 
 #[test]
-fn a_write_never_takes_an_entry_before_its_tick_has_passed() {
+fn a_write_leaves_a_due_entry_to_the_thread_until_the_lag_has_passed() {
     let clock = ManualClock::new();
     let map = one_shard(&clock).build();
     let mut sub = map.subscribe().unwrap();
     map.put(1, 1, MS * 10);
-    // At the deadline the entry is live: nothing leaves.
+    // Deadline 10 ms: its timer tick is the first starting after it, tick
+    // 20 (10.49 ms). It stays the thread's for LAG more: until tick 30.
+    let tick = 10_000_000 / TICK + 1;
+    let takes_at = (tick * TICK) + LAG;
     clock.advance(MS * 10);
     map.put(2, 2, HOUR);
-    assert_eq!(map.get(&1), Some(1));
-    // Past the deadline, but its timer tick (the first starting after the
-    // deadline, at most one precision later) has not begun: a write leaves
-    // it to the tick, as a pass does. Reads no longer see it.
-    clock.advance(Duration::from_nanos(1));
+    assert_eq!(map.get(&1), Some(1), "live at its deadline");
+    // Expired (reads no longer see it) and due, but not yet lagging: a
+    // write leaves it, up to the last nanosecond before tick 30.
+    clock.advance(Duration::from_nanos(takes_at - 1 - 10_000_000));
     map.put(3, 3, HOUR);
     assert_eq!(map.get(&1), None);
-    let early: Vec<_> = drain(&mut sub);
-    assert!(
-        early.iter().all(|e| e.removed_at() > e.deadline()),
-        "{early:?}"
-    );
-    // One precision later it is due, and the next write takes it.
-    clock.advance(MS);
+    assert!(drain(&mut sub).is_empty());
+    assert_eq!(map.stats().evicted_by_writers, 0);
+    // At tick 30 the next write takes it.
+    clock.advance(Duration::from_nanos(1));
     map.remove(&3);
     let events = drain(&mut sub);
-    let expired: Vec<_> = early
+    let expired: Vec<_> = events
         .iter()
-        .chain(&events)
         .filter(|e| e.cause == Cause::Expired)
         .collect();
-    assert_eq!(expired.len(), 1, "{early:?} {events:?}");
+    assert_eq!(expired.len(), 1, "{events:?}");
     assert_eq!(expired[0].key, 1);
-    assert!(expired[0].removed_at() > expired[0].deadline());
+    assert_eq!(expired[0].removed_at(), Duration::from_nanos(takes_at));
     assert_eq!(map.stats().evicted_by_writers, 1);
     assert_eq!(map.stats().max_lateness, expired[0].lateness());
+}
+
+#[test]
+fn evict_expired_takes_a_due_entry_a_write_leaves() {
+    let clock = ManualClock::new();
+    let map = one_shard(&clock).build();
+    map.put(1, 1, MS * 10);
+    clock.advance(MS * 12);
+    map.put(2, 2, HOUR);
+    assert_eq!(map.stats().evicted_by_writers, 0);
+    assert_eq!(map.evict_expired(), 1);
+    assert_eq!(map.len(), 1);
 }
 
 #[test]
@@ -98,7 +117,7 @@ fn each_write_takes_a_bounded_batch_and_evict_expired_takes_the_rest() {
     for k in 0..100 {
         map.put(k, k, MS * 10);
     }
-    clock.advance(MS * 20);
+    clock.advance(LATE);
     map.put(1000, 0, HOUR);
     assert_eq!(map.stats().evicted, PER_WRITE as u64);
     assert_eq!(map.len(), 100 - PER_WRITE + 1);
@@ -123,13 +142,13 @@ fn a_write_moves_an_idle_entry_that_was_read_instead_of_evicting_it() {
     let mut sub = map.subscribe().unwrap();
     map.put(1, 1, HOUR);
     map.put(2, 2, HOUR);
-    clock.advance(MS * 5);
-    assert_eq!(map.get(&1), Some(1)); // idle until 15 ms now
-    clock.advance(MS * 7); // 12 ms: 2 is idle-expired and due
+    clock.advance(MS * 10);
+    assert_eq!(map.get(&1), Some(1)); // idle until 20 ms now
+    clock.advance(MS * 6); // 16 ms: 2 has been idle-expired for the lag
     map.put(3, 3, HOUR);
     let keys: Vec<u32> = drain(&mut sub).iter().map(|e| e.key).collect();
     assert_eq!(keys, vec![2]);
-    assert_eq!(map.get(&1), Some(1));
+    assert_eq!(map.get(&1), Some(1)); // idle until 26 ms now
     assert_eq!(map.stats().evicted_by_writers, 1);
 }
 
@@ -141,7 +160,7 @@ fn a_bounded_map_evicts_due_entries_as_expired_not_by_size() {
     for k in 0..5 {
         map.put(k, k, MS * 10);
     }
-    clock.advance(MS * 12);
+    clock.advance(LATE);
     map.put(50, 50, HOUR);
     let events = drain(&mut sub);
     assert_eq!(events.len(), 5, "{events:?}");
@@ -164,13 +183,13 @@ fn a_conditional_put_and_a_load_take_due_entries_too() {
     for k in 0..3 {
         map.put(k, k, MS * 10);
     }
-    clock.advance(MS * 12);
+    clock.advance(LATE);
     assert_eq!(map.put_if_absent(10, 10, HOUR), None);
     assert_eq!(map.stats().evicted_by_writers, 3);
     for k in 0..3 {
         map.put(k, k, MS * 10);
     }
-    clock.advance(MS * 12);
+    clock.advance(LATE);
     assert_eq!(map.get_or_insert_with(11, HOUR, || 11), 11);
     assert_eq!(map.stats().evicted_by_writers, 6);
     assert_eq!(map.len(), 2);
@@ -199,7 +218,7 @@ fn a_panicking_drop_of_a_taken_value_costs_the_put_nothing() {
     map.put(1, Bomb(false), MS);
     map.put(2, Bomb(true), MS);
     map.put(3, Bomb(false), MS);
-    clock.advance(MS * 3);
+    clock.advance(LATE);
     let before = DROPPED.load(Ordering::Relaxed);
     assert!(map.put(4, Bomb(false), HOUR).is_none());
     assert_eq!(DROPPED.load(Ordering::Relaxed) - before, 3);

@@ -167,6 +167,10 @@ struct Inner<K, V, S> {
     evicted: AtomicU64,
     /// Of `evicted`, those writes took (`evictor::take_due`).
     evicted_by_writers: AtomicU64,
+    /// How many ticks an entry stays due before writes take it
+    /// (`evictor::take_due`): the thread's promise, one interval plus one
+    /// precision, rounded up to whole ticks.
+    writer_lag: u64,
     /// Values pushed out (or refused) by the bound.
     size_evicted: stats::Tally,
     /// The largest lateness of an eviction (removal time - deadline), ns.
@@ -261,6 +265,7 @@ where
             .record_stats
             .then(|| stats::Reads::new(2 * sync::available_parallelism()));
         let read_extras = reads.is_some() || config.idle.is_some();
+        let writer_lag = evictor::writer_lag(&config, shift);
         let inner = Arc::new(Inner {
             shards,
             hasher,
@@ -277,6 +282,7 @@ where
             room_cursor: AtomicUsize::new(0),
             evicted: AtomicU64::new(0),
             evicted_by_writers: AtomicU64::new(0),
+            writer_lag,
             size_evicted,
             max_lateness: AtomicU64::new(0),
             read_extras,

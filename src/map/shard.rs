@@ -748,16 +748,19 @@ impl<K, V> Shard<K, V> {
         (entries.lists.first_due().is_some(), now)
     }
 
-    /// Whether [`evict`](Self::evict) at `now` may find work: the wheel's
-    /// next wake-up (a lower bound of its earliest due tick, read from its
-    /// occupancy bits with no scan) has come. A few loads of what a write
-    /// has just touched, for every write to ask.
+    /// Whether [`evict`](Self::evict) at `now` may find work that has
+    /// waited at least `lag` ticks: entries an earlier bounded eviction left
+    /// due, or the wheel's next wake-up (a lower bound of its earliest due
+    /// tick, read from its occupancy bits with no scan) `lag` ticks or more
+    /// behind `now`'s. A few loads of what a write has just touched, for
+    /// every write to ask.
     #[inline]
-    pub(crate) fn may_have_due(&self, now: u64) -> bool {
-        self.entries
-            .lists
-            .next_wakeup()
-            .is_some_and(|tick| tick <= self.entries.slab.tick_of(now))
+    pub(crate) fn may_have_due(&self, now: u64, lag: u64) -> bool {
+        let lists = &self.entries.lists;
+        lists.first_due().is_some()
+            || lists
+                .next_wakeup()
+                .is_some_and(|tick| tick.saturating_add(lag) <= self.entries.slab.tick_of(now))
     }
 
     /// When the wheel next has work, in clock nanoseconds: `None` if it
