@@ -1,8 +1,8 @@
 //! Writes share the eviction work: a write that holds its shard's lock,
-//! finding entries there that have been due for longer than the thread
+//! finding that no eviction has run there for longer than the thread
 //! promises (one eviction interval plus one precision: the thread is
-//! behind), takes a few of them and publishes them as `Expired` after the
-//! unlock. Virtual time only; no thread unless a test says so.
+//! behind), takes a few of its due entries and publishes them as `Expired`
+//! after the unlock. Virtual time only; no thread unless a test says so.
 
 use expiremap::{Cause, ExpireMap, ManualClock, Subscriber};
 use std::time::Duration;
@@ -13,11 +13,12 @@ const HOUR: Duration = Duration::from_secs(3600);
 const PER_WRITE: usize = 16;
 /// One timer tick at the default precision of 1 ms: 2^19 ns.
 const TICK: u64 = 1 << 19;
-/// How long an entry stays due before a write takes it, at the default
-/// interval (4 ms) and precision (1 ms): 5 ms in whole ticks, 10 of them.
+/// How long a shard goes without an eviction before its writes take due
+/// entries, at the default interval (4 ms) and precision (1 ms): 5 ms in
+/// whole ticks, 10 of them.
 const LAG: u64 = 10 * TICK;
-/// Past every entry of deadline 10 ms's tick (tick 20, at 10.49 ms) plus
-/// the lag: a write takes them.
+/// Past the timer tick of a deadline of 10 ms (tick 20, at 10.49 ms), and
+/// more than LAG since the map was built: a write takes those entries.
 const LATE: Duration = Duration::from_millis(16);
 
 /// One shard, no thread: every eviction is a write's or `evict_expired`'s.
@@ -63,28 +64,28 @@ fn a_put_takes_its_shards_due_entries_with_their_lateness() {
 }
 
 #[test]
-fn a_write_leaves_a_due_entry_to_the_thread_until_the_lag_has_passed() {
+fn a_write_leaves_due_entries_to_the_thread_until_it_is_a_lag_behind() {
     let clock = ManualClock::new();
     let map = one_shard(&clock).build();
     let mut sub = map.subscribe().unwrap();
     map.put(1, 1, MS * 10);
-    // Deadline 10 ms: its timer tick is the first starting after it, tick
-    // 20 (10.49 ms). It stays the thread's for LAG more: until tick 30.
-    let tick = 10_000_000 / TICK + 1;
-    let takes_at = (tick * TICK) + LAG;
     clock.advance(MS * 10);
-    map.put(2, 2, HOUR);
+    // A pass at 10 ms (tick 19) finds nothing due: the entry is live at its
+    // deadline. Its timer tick is the first starting after it, tick 20.
+    assert_eq!(map.evict_expired(), 0);
     assert_eq!(map.get(&1), Some(1), "live at its deadline");
-    // Expired (reads no longer see it) and due, but not yet lagging: a
-    // write leaves it, up to the last nanosecond before tick 30.
+    // The thread is behind once no eviction has run for LAG: from tick 29.
+    let takes_at = 19 * TICK + LAG;
+    // Expired (reads no longer see it) and due, and the last pass is less
+    // than LAG ago: writes leave it, up to the last nanosecond before.
     clock.advance(Duration::from_nanos(takes_at - 1 - 10_000_000));
-    map.put(3, 3, HOUR);
+    map.put(2, 2, HOUR);
     assert_eq!(map.get(&1), None);
     assert!(drain(&mut sub).is_empty());
     assert_eq!(map.stats().evicted_by_writers, 0);
-    // At tick 30 the next write takes it.
+    // At tick 29 the next write takes it.
     clock.advance(Duration::from_nanos(1));
-    map.remove(&3);
+    map.remove(&2);
     let events = drain(&mut sub);
     let expired: Vec<_> = events
         .iter()
@@ -102,7 +103,9 @@ fn evict_expired_takes_a_due_entry_a_write_leaves() {
     let clock = ManualClock::new();
     let map = one_shard(&clock).build();
     map.put(1, 1, MS * 10);
-    clock.advance(MS * 12);
+    clock.advance(MS * 10);
+    assert_eq!(map.evict_expired(), 0);
+    clock.advance(MS * 2);
     map.put(2, 2, HOUR);
     assert_eq!(map.stats().evicted_by_writers, 0);
     assert_eq!(map.evict_expired(), 1);

@@ -47,13 +47,14 @@ use std::time::Duration;
 /// the added hold short. One under loom, like `EVICT_BATCH`.
 pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 16 };
 
-/// The ticks of `2^shift` ns an entry stays due before a write takes it
-/// (see [`Inner::take_due`]): the thread's promise, one `interval` plus
-/// one `precision`, rounded up. Until then a due entry is the thread's, so
-/// a write costs nothing more while the thread keeps up; past it the thread
-/// is behind (starved of CPU, or outpaced by writers), and the writers that
-/// make the entries take them. Under loom, zero: every due entry is fair
-/// game, so that the models reach the race with few steps.
+/// The ticks of `2^shift` ns a shard may go without an eviction before
+/// its writes take due entries (see [`Inner::take_due`]): the thread's
+/// promise, one `interval` plus one `precision`, rounded up. Within it the
+/// due entries are the thread's, so a write costs nothing more while the
+/// thread keeps up; past it the thread is behind (starved of CPU, or
+/// outpaced by writers), and the writers that make the entries take them.
+/// Under loom, zero: every due entry is fair game, so that the models reach
+/// the race with few steps.
 pub(super) fn writer_lag(config: &Config, shift: u32) -> u64 {
     if cfg!(expiremap_loom) {
         return 0;
@@ -257,21 +258,21 @@ where
     }
 
     /// Under `shard`'s write lock, with `now` read under it by a write:
-    /// when the shard holds entries that have been due for
-    /// [`writer_lag`](Inner::writer_lag) ticks or more (the thread is
-    /// behind its own promise of one interval plus one precision), takes
-    /// up to [`WRITER_EVICT`] of its due entries, by the same rule the
-    /// thread's passes follow ([`Shard::evict`]: only entries whose timer
-    /// tick has passed, so never one before its deadline). Once evicted, an
-    /// entry is out of the table and the wheel, so no pass, read or other
-    /// write can find it: each value leaves once. Otherwise (the usual
-    /// case: the thread keeps up) it costs a comparison and leaves the work
-    /// to the thread, whose batches cost less per entry than a write's.
-    /// The caller hands the result to [`leave_due`](Self::leave_due) after
-    /// the unlock.
+    /// when no eviction has moved the shard's wheel for
+    /// [`writer_lag`] ticks (the thread is behind its
+    /// own promise of one interval plus one precision), or an earlier
+    /// bounded eviction left entries due, takes up to [`WRITER_EVICT`] of
+    /// its due entries, by the rule the thread's passes follow
+    /// ([`Shard::evict`]: only entries whose timer tick has passed, so never
+    /// one before its deadline). Once evicted, an entry is out of the table
+    /// and the wheel, so no pass, read or other write can find it: each
+    /// value leaves once. Otherwise (the usual case: the thread keeps up)
+    /// it costs a load and a comparison and leaves the work to the
+    /// thread, whose batches cost less per entry than a write's. The caller
+    /// hands the result to [`leave_due`](Self::leave_due) after the unlock.
     #[inline]
     pub(super) fn take_due(&self, shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
-        if !shard.may_have_due(now, self.writer_lag) {
+        if !shard.writers_evict(now) {
             return None;
         }
         Self::take_due_slow(shard, now)

@@ -167,10 +167,6 @@ struct Inner<K, V, S> {
     evicted: AtomicU64,
     /// Of `evicted`, those writes took (`evictor::take_due`).
     evicted_by_writers: AtomicU64,
-    /// How many ticks an entry stays due before writes take it
-    /// (`evictor::take_due`): the thread's promise, one interval plus one
-    /// precision, rounded up to whole ticks.
-    writer_lag: u64,
     /// Values pushed out (or refused) by the bound.
     size_evicted: stats::Tally,
     /// The largest lateness of an eviction (removal time - deadline), ns.
@@ -242,6 +238,7 @@ where
             None => 1,
         });
         let shift = shard::tick_shift(config.precision);
+        let writer_lag = evictor::writer_lag(&config, shift);
         let n = config.shards;
         let shards = (0..n)
             .map(|i| {
@@ -257,6 +254,7 @@ where
                 if config.refresh.is_some() {
                     shard = shard.tracking_writes();
                 }
+                shard = shard.writer_lag(writer_lag);
                 CachePadded::new(RwLock::new(shard))
             })
             .collect();
@@ -265,7 +263,6 @@ where
             .record_stats
             .then(|| stats::Reads::new(2 * sync::available_parallelism()));
         let read_extras = reads.is_some() || config.idle.is_some();
-        let writer_lag = evictor::writer_lag(&config, shift);
         let inner = Arc::new(Inner {
             shards,
             hasher,
@@ -282,7 +279,6 @@ where
             room_cursor: AtomicUsize::new(0),
             evicted: AtomicU64::new(0),
             evicted_by_writers: AtomicU64::new(0),
-            writer_lag,
             size_evicted,
             max_lateness: AtomicU64::new(0),
             read_extras,
