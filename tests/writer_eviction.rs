@@ -10,7 +10,7 @@ use std::time::Duration;
 const MS: Duration = Duration::from_millis(1);
 const HOUR: Duration = Duration::from_secs(3600);
 /// The most due entries one write takes (`evictor::WRITER_EVICT`).
-const PER_WRITE: usize = 16;
+const PER_WRITE: usize = 8;
 /// One timer tick at the default precision of 1 ms: 2^19 ns.
 const TICK: u64 = 1 << 19;
 /// How long a shard goes without an eviction before its writes take due

@@ -41,11 +41,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 /// Due entries a write takes from its shard per call, under the lock it
-/// already holds (see [`Inner::take_due`]). A put makes one entry, so in
-/// a steady churn each put has about one to take: 16 lets writers catch up
-/// a backlog (one tick's worth of entries comes due at once) while keeping
-/// the added hold short. One under loom, like `EVICT_BATCH`.
-pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 16 };
+/// already holds (see [`Inner::take_due`]). A put makes one entry, so a
+/// few per write let writers catch up a backlog; each costs the write a
+/// cache miss or two, under its lock. Measured against 4 and 16 during a
+/// mass expiry (`benches/eviction_holds.rs`, BENCHMARKS.md): 8 had the
+/// lowest put p99.9. One under loom, like `EVICT_BATCH`.
+pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 8 };
 
 /// The ticks of `2^shift` ns a shard may go without an eviction before
 /// its writes take due entries (see [`Inner::take_due`]): the thread's
@@ -261,7 +262,7 @@ where
     /// when no eviction has moved the shard's wheel for
     /// [`writer_lag`] ticks (the thread is behind its
     /// own promise of one interval plus one precision), or an earlier
-    /// bounded eviction left entries due, takes up to [`WRITER_EVICT`] of
+    /// write's eviction left entries due, takes up to [`WRITER_EVICT`] of
     /// its due entries, by the rule the thread's passes follow
     /// ([`Shard::evict`]: only entries whose timer tick has passed, so never
     /// one before its deadline). Once evicted, an entry is out of the table
@@ -282,7 +283,10 @@ where
     #[inline(never)]
     fn take_due_slow(shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
         let mut batch = Vec::with_capacity(WRITER_EVICT);
-        let (_, at) = shard.evict(now, WRITER_EVICT, &mut batch);
+        let (more, at) = shard.evict(now, WRITER_EVICT, &mut batch);
+        if more {
+            shard.writers_continue();
+        }
         // Empty if the wake-up only moved timers between the wheel's levels.
         (!batch.is_empty()).then_some(Due { batch, at })
     }

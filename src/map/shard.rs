@@ -142,7 +142,8 @@ pub(crate) struct Shard<K, V> {
     /// Writes from this clock time on take due entries (see
     /// [`writers_evict`](Self::writers_evict)): the start of the tick
     /// `writer_lag` ticks after the wheel's, set by every
-    /// [`evict`](Self::evict); zero while an eviction left entries due.
+    /// [`evict`](Self::evict); zero while a write's eviction left entries
+    /// due ([`writers_continue`](Self::writers_continue)).
     writers_from: u64,
     /// How many ticks of no eviction make writes take due entries
     /// (`u64::MAX`, the default: never).
@@ -765,18 +766,19 @@ impl<K, V> Shard<K, V> {
                 door: Door::Expired,
             });
         }
-        let more = entries.lists.first_due().is_some();
-        if more {
-            // Left due: the next write may take them at once.
-            self.writers_from = 0;
-        }
-        (more, now)
+        (entries.lists.first_due().is_some(), now)
+    }
+
+    /// After a write's bounded [`evict`](Self::evict) left entries due:
+    /// the next writes take more at once (the thread is behind).
+    pub(crate) fn writers_continue(&mut self) {
+        self.writers_from = 0;
     }
 
     /// Whether a write at `now` should take due entries (see
     /// `evictor::take_due`): no eviction has moved the wheel for
     /// `writer_lag` ticks (the thread is behind; any entry due now has
-    /// waited less than that), or an earlier bounded eviction left entries
+    /// waited less than that), or an earlier write's eviction left entries
     /// due. One load of what a write has just touched and a comparison.
     #[inline]
     pub(crate) fn writers_evict(&self, now: u64) -> bool {

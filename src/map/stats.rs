@@ -132,8 +132,9 @@ pub struct Stats {
     /// as `Expired` all the same.
     pub evicted: u64,
     /// Of `evicted`, the entries that writes took: a write (`put`,
-    /// `remove`, `expire`, a conditional put, a load's store) that finds
-    /// due entries in its shard takes a few of them under the lock it
+    /// `remove`, `expire`, a conditional put, a load's store) to a shard
+    /// that no eviction has reached for one interval plus one precision
+    /// (the thread is behind) takes a few due entries under the lock it
     /// already holds. The rest were the thread's or `evict_expired`'s.
     pub evicted_by_writers: u64,
     /// Eviction passes made by the background thread.
