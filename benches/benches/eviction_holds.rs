@@ -97,16 +97,7 @@ fn main() {
     }
     let rounds = var("HOLDS_ROUNDS", 3);
     let writers = var("HOLDS_WRITERS", 1);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
+    let (cores, cpu) = expiremap_benches::machine();
     println!("eviction_holds: {cores} cores, {cpu}; {writers} writer(s); put latency in µs");
     println!("| round | fill | puts | p50 | p99 | p99.9 | max | evicted (thread / writers) |");
     println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |");

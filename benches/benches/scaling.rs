@@ -391,16 +391,7 @@ fn main() {
         .into_iter()
         .filter(|w| wanted(&only, w.name()))
         .collect();
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_string());
+    let (cores, cpu) = expiremap_benches::machine();
     let mut counts = vec![1];
     while counts[counts.len() - 1] * 2 <= cores {
         counts.push(counts[counts.len() - 1] * 2);
