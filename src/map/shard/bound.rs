@@ -58,7 +58,15 @@ impl<K, V> Shard<K, V> {
                     }
                     if weight > old {
                         let gain = weight - old;
-                        let room = self.reserve(gain, now, Some(index), None, due_here, &due_elsewhere, out);
+                        let room = self.reserve(
+                            gain,
+                            now,
+                            Some(index),
+                            None,
+                            due_here,
+                            &due_elsewhere,
+                            out,
+                        );
                         // Its own entry may have left meanwhile (it was
                         // due): then the caller looks again.
                         let held = self.entries.slab.nodes[index as usize]
