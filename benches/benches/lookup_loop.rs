@@ -104,7 +104,11 @@ fn adds() -> u64 {
 ///
 /// Other variables switch the operation (see the body and BENCHMARKS.md),
 /// `LOOKUP_LOOP_BOUNDED=64` among them: a full bounded map of 64 shards
-/// read cache-aside.
+/// read cache-aside. With it, `LOOKUP_LOOP_QUICK` runs the same requests on
+/// quick_cache instead (`get`, `insert` on a miss, same capacity and keys),
+/// `LOOKUP_LOOP_LOAD` makes each request one `get_or_insert_with`, and
+/// `LOOKUP_LOOP_SUBSCRIBE` adds a subscriber that drains the `Size` events
+/// every 256 requests (its `try_recv`s are counted too).
 fn count_gets(gets: u64) {
     use std::future::Future;
     const KEYS: u64 = 100_000;
@@ -131,7 +135,36 @@ fn count_gets(gets: u64) {
         .ok()
         .and_then(|s| s.parse().ok());
     if let Some(shards) = bounded {
-        builder = builder.max_entries(KEYS).shards(shards);
+        // Fixed hash seeds (here and for quick_cache): the probes' lengths,
+        // and so the counts, repeat from run to run.
+        builder = builder
+            .max_entries(KEYS)
+            .shards(shards)
+            .hasher(ahash::RandomState::with_seeds(1, 2, 3, 4));
+    }
+    if let (Some(_), Some(_)) = (bounded, std::env::var_os("LOOKUP_LOOP_QUICK")) {
+        let qc = quick_cache::sync::Cache::<u64, u64, _, _>::with(
+            KEYS as usize,
+            KEYS,
+            quick_cache::UnitWeighter,
+            ahash::RandomState::with_seeds(1, 2, 3, 4),
+            Default::default(),
+        );
+        for i in 0..KEYS {
+            qc.insert(mix64(i), i);
+        }
+        let mut rng = SplitMix64(11);
+        let mut misses = 0u64;
+        for i in 0..gets {
+            let k = mix64(rng.next_u64() % (2 * KEYS));
+            if qc.get(&k).is_none() {
+                misses += 1;
+                qc.insert(k, i);
+            }
+        }
+        black_box(&qc);
+        eprintln!("misses: {misses}");
+        return;
     }
     // LOOKUP_LOOP_CHURN: the operations are puts of ever-new keys with a
     // 50 ms TTL beside the 10^5 long-lived entries, on a `ManualClock`
@@ -163,13 +196,30 @@ fn count_gets(gets: u64) {
         em.put(mix64(i), i, TTL);
     }
     let mut rng = SplitMix64(11);
-    if bounded.is_some() {
+    if bounded.is_some() && load {
         for i in 0..gets {
             let k = mix64(rng.next_u64() % (2 * KEYS));
+            black_box(em.get_or_insert_with(k, TTL, || i));
+        }
+        return;
+    }
+    if bounded.is_some() {
+        let mut misses = 0u64;
+        let mut sub = std::env::var_os("LOOKUP_LOOP_SUBSCRIBE")
+            .map(|_| em.subscribe().expect("a first subscriber"));
+        for i in 0..gets {
+            if i % 256 == 0 {
+                if let Some(sub) = &mut sub {
+                    while sub.try_recv().is_ok() {}
+                }
+            }
+            let k = mix64(rng.next_u64() % (2 * KEYS));
             if em.get(&k).is_none() {
+                misses += 1;
                 black_box(em.put(k, i, TTL));
             }
         }
+        eprintln!("misses: {misses}");
         return;
     }
     if load {

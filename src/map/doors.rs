@@ -150,15 +150,7 @@ where
                     self.size_evicted.add_one();
                 }
                 match self.events.live_sender() {
-                    Some(s) => {
-                        let cause = if door == Door::Size {
-                            Cause::Size
-                        } else {
-                            Cause::Expired
-                        };
-                        let event = Event::new(old.key, old.value, cause, old.deadline, now);
-                        panics.run(move || s.send(event));
-                    }
+                    Some(s) => Self::publish_evicted(&s, old, now, &mut panics),
                     None => {
                         panics.run(move || drop(old));
                     }
@@ -194,14 +186,52 @@ where
         r
     }
 
-    /// [`leave`](Self::leave) for each entry a put pushed out. Cold: only
-    /// a bounded map's full shards push anything out.
+    /// Publishes `old`, which left by the `Expired` or `Size` door, with
+    /// `s` (a panic in the `Drop` of an event it displaces is kept in
+    /// `panics`).
+    fn publish_evicted(
+        s: &broadcast::Sender<Event<K, V>>,
+        old: Removed<K, V>,
+        now: u64,
+        panics: &mut Panics,
+    ) {
+        let cause = if old.door == Door::Size {
+            Cause::Size
+        } else {
+            Cause::Expired
+        };
+        let event = Event::new(old.key, old.value, cause, old.deadline, now);
+        panics.run(move || s.send(event));
+    }
+
+    /// [`leave`](Self::leave) for each entry a put pushed out, which it
+    /// takes from `out`. Cold: only a bounded map's full shards push
+    /// anything out. The event ring is looked up once for them all, and
+    /// the `Size` ones are counted with one add.
     #[cold]
     #[inline(never)]
-    pub(super) fn leave_all(&self, out: shard::Out<K, V>, now: u64) {
-        for r in out {
-            self.leave(r, now);
-        }
+    pub(super) fn leave_all(&self, out: &mut shard::Out<K, V>, now: u64) {
+        let sender = self.events.live_sender();
+        let mut panics = Panics::new();
+        let mut size = 0;
+        out.take_each(|r| match r.door {
+            Door::Size | Door::Expired => {
+                size += u64::from(r.door == Door::Size);
+                match &sender {
+                    Some(s) => Self::publish_evicted(s, r, now, &mut panics),
+                    None => {
+                        panics.run(move || drop(r));
+                    }
+                }
+            }
+            // A put pushes out nothing by these doors; were one there, it
+            // leaves as `leave` says, its value dropped here.
+            _ => {
+                panics.run(|| drop(self.leave(r, now)));
+            }
+        });
+        self.size_evicted.add(size);
+        panics.forget();
     }
 
     /// Publishes (or drops) every entry of a shard taken out of the map, in

@@ -81,11 +81,11 @@ pub(crate) struct Flight<K, V> {
     /// A write of this key happened during the load. Set and read under the
     /// shard's write lock.
     touched: AtomicBool,
-    /// The thread running it, for the wait graph; `None` for an async
-    /// load, whose task may move between threads and parks none.
-    runner: Option<thread::ThreadId>,
-    /// The runner's name, for the panic that names a cycle.
-    runner_name: Option<String>,
+    /// The thread running it, for the wait graph (its id) and the panic
+    /// that names a cycle (its name, copied only for a wait); `None` for
+    /// an async load, whose task may move between threads and parks none.
+    /// A handle, so that registering a load allocates no copy of the name.
+    runner: Option<thread::Thread>,
     /// Set once it ended: the wait graph reads it without any loom-modelled
     /// operation (see `sync::unmodeled`).
     over: unmodeled::Arc<unmodeled::AtomicBool>,
@@ -129,12 +129,7 @@ impl<K, V> Flight<K, V> {
             state: Mutex::new(State::Running(Vec::new())),
             ended: Condvar::new(),
             touched: AtomicBool::new(false),
-            runner: (!task).then(|| me.id()),
-            runner_name: if task {
-                None
-            } else {
-                me.name().map(str::to_owned)
-            },
+            runner: (!task).then_some(me),
             over: unmodeled::Arc::new(unmodeled::AtomicBool::new(false)),
         }
     }
@@ -152,7 +147,17 @@ impl<K, V> Flight<K, V> {
 
     /// Whether the calling thread runs this flight.
     pub(crate) fn is_mine(&self) -> bool {
-        self.runner == Some(thread::current().id())
+        self.runner_id() == Some(thread::current().id())
+    }
+
+    /// The id of the thread running it (`None`: an async load).
+    fn runner_id(&self) -> Option<thread::ThreadId> {
+        self.runner.as_ref().map(thread::Thread::id)
+    }
+
+    /// The name of the thread running it, if it has one.
+    fn runner_name(&self) -> Option<String> {
+        self.runner.as_ref()?.name().map(str::to_owned)
     }
 }
 
@@ -412,8 +417,8 @@ mod graph {
         pub(super) fn enter<K, V>(flight: &Flight<K, V>) -> Self {
             let me = thread::current().id();
             let mut waits = waits();
-            let mut runner = flight.runner;
-            let mut runner_name = flight.runner_name.clone();
+            let mut runner = flight.runner_id();
+            let mut runner_name = flight.runner_name();
             let mut over = flight.over.clone();
             let mut chain = String::new();
             // Each thread waits for one flight at a time: a walk longer
@@ -455,8 +460,8 @@ mod graph {
             }
             waits.push(Link {
                 waiter: me,
-                runner: flight.runner,
-                runner_name: flight.runner_name.clone(),
+                runner: flight.runner_id(),
+                runner_name: flight.runner_name(),
                 over: flight.over.clone(),
             });
             Edge(me)

@@ -118,10 +118,10 @@ impl Budget {
 /// conservative increments (only the smallest of a key's counters grow).
 #[derive(Debug)]
 pub(crate) struct Sketch {
-    /// Blocks of 8 words (64 bytes), 16 counters to a word.
-    words: Box<[u64]>,
-    /// Blocks in `words`.
-    blocks: u64,
+    /// Blocks of 8 words (64 bytes, one cache line), 16 counters to a word.
+    /// A key's four counters lie in one block, one in each pair of words
+    /// (so in four different words).
+    blocks: Box<[[u64; 8]]>,
     /// Increments since the last halving.
     added: u64,
     /// Increments between two halvings.
@@ -129,6 +129,10 @@ pub(crate) struct Sketch {
     /// The entry count it was sized for.
     sized_for: u64,
 }
+
+/// Where a key's four counters are: its block, and in it each counter's
+/// word (below 8) and bit shift.
+type Slots = (usize, [(usize, u32); 4]);
 
 /// Sketch counters per unit of the bound: 8 (4 bytes per entry), half of
 /// Caffeine's 16, to keep a bounded `u64 -> u64` map under 48 bytes an entry.
@@ -155,8 +159,7 @@ impl Sketch {
             .clamp(MIN_COUNTERS, MAX_COUNTERS);
         let blocks = counters.div_ceil(128);
         Self {
-            words: vec![0; (blocks * 8) as usize].into_boxed_slice(),
-            blocks,
+            blocks: vec![[0; 8]; blocks as usize].into_boxed_slice(),
             added: 0,
             period: cap.saturating_mul(PERIOD_PER_ENTRY).max(MIN_COUNTERS),
             sized_for: cap,
@@ -166,64 +169,80 @@ impl Sketch {
     /// The four counters of hash bits `h`, as Caffeine places them: one
     /// 64-byte block of 8 words per key (one cache line), and in it one
     /// counter in each pair of words, all from one round of a 64-bit mixer
-    /// (SplitMix64's finaliser).
+    /// (SplitMix64's finaliser). The block is the low half of the mix as a
+    /// fraction of 2^32, times the block count; each following byte picks a
+    /// word of its pair (1 bit) and a nibble in it (4 bits).
     #[inline]
-    fn positions(&self, h: u32) -> [u64; 4] {
+    fn slots(&self, h: u32) -> Slots {
         let mut z = u64::from(h).wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
-        // Counter numbers: block * 128 + word * 16 + nibble; the block is
-        // the low half of `z` as a fraction of 2^32, times the block count.
-        let block = (((z & 0xFFFF_FFFF) * self.blocks) >> 32) << 7;
-        std::array::from_fn(|i| {
+        let block = (((z & 0xFFFF_FFFF) * self.blocks.len() as u64) >> 32) as usize;
+        let at = std::array::from_fn(|i| {
             let bits = z >> (32 + 8 * i);
-            let word = 2 * i as u64 + (bits & 1);
-            block | word << 4 | ((bits >> 1) & 15)
-        })
+            let word = 2 * i + (bits & 1) as usize;
+            (word, ((bits >> 1) & 15) as u32 * 4)
+        });
+        (block, at)
     }
 
+    /// The values of the counters at `at` in `block`.
     #[inline]
-    fn counter(&self, pos: u64) -> u64 {
-        (self.words[(pos >> 4) as usize] >> ((pos & 15) * 4)) & 15
+    fn read(block: &[u64; 8], at: &[(usize, u32); 4]) -> [u64; 4] {
+        at.map(|(word, shift)| (block[word & 7] >> shift) & 15)
     }
 
     /// How often `h` was counted recently (0 to 15, an over-estimate).
     pub(crate) fn frequency(&self, h: u32) -> u64 {
-        let pos = self.positions(h);
-        pos.iter().map(|&p| self.counter(p)).min().unwrap_or(0)
+        let (block, at) = self.slots(h);
+        let c = Self::read(&self.blocks[block], &at);
+        c[0].min(c[1]).min(c[2]).min(c[3])
     }
 
     /// Counts one more access to `h`.
     pub(crate) fn increment(&mut self, h: u32) {
+        self.frequency_then_increment(h);
+    }
+
+    /// [`frequency`](Self::frequency) of `h`, then
+    /// [`increment`](Self::increment) of it, with one look at its counters
+    /// (a full bounded shard's put of a new key does both).
+    pub(crate) fn frequency_then_increment(&mut self, h: u32) -> u64 {
+        let (block, at) = self.slots(h);
+        let mut c = Self::read(&self.blocks[block], &at);
+        let before = c[0].min(c[1]).min(c[2]).min(c[3]);
         self.added += 1;
         if self.added >= self.period {
             self.halve();
+            c = Self::read(&self.blocks[block], &at);
         }
-        let pos = self.positions(h);
-        let least = pos.iter().map(|&p| self.counter(p)).min().unwrap_or(0);
+        let least = c[0].min(c[1]).min(c[2]).min(c[3]);
         if least < 15 {
-            for p in pos {
-                if self.counter(p) == least {
-                    self.words[(p >> 4) as usize] += 1 << ((p & 15) * 4);
+            let words = &mut self.blocks[block];
+            // The four counters lie in four different words: `c` stays
+            // what each holds while the others grow.
+            for (&(word, shift), &v) in at.iter().zip(&c) {
+                if v == least {
+                    words[word & 7] += 1 << shift;
                 }
             }
         }
+        before
     }
 
     /// Halves every counter (rounding down) and the increment count.
     pub(crate) fn halve(&mut self) {
-        for w in self.words.iter_mut() {
+        for w in self.blocks.iter_mut().flatten() {
             *w = (*w >> 1) & 0x7777_7777_7777_7777;
         }
-
         self.added /= 2;
     }
 
     /// Bytes held.
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
-        self.words.len() * 8
+        self.blocks.len() * 64
     }
 }
 
@@ -362,7 +381,8 @@ impl Bound {
     /// victim with hash bits `victim`?
     pub(crate) fn admits(&mut self, candidate: u64, victim: u32) -> bool {
         let c = candidate;
-        if c > self.sketch.frequency(victim) {
+        // A candidate never counted loses to any victim: no need to look.
+        if c > 0 && c > self.sketch.frequency(victim) {
             return true;
         }
         if c >= WARM {
@@ -484,6 +504,21 @@ mod tests {
             s.increment(7);
         }
         assert_eq!(s.frequency(7), 15, "4-bit counters saturate");
+    }
+
+    #[test]
+    fn frequency_then_increment_is_frequency_then_increment() {
+        let (mut a, mut b) = (Sketch::new(8), Sketch::new(8));
+        assert!(a.period < 1_000, "halves within the loop below");
+        for i in 0..2_000u32 {
+            // Few keys, some sharing counters, so that counts saturate too.
+            let h = (i % 37).wrapping_mul(0x9E37_79B9) ^ (i % 5);
+            let seen = a.frequency(h);
+            a.increment(h);
+            assert_eq!(b.frequency_then_increment(h), seen, "step {i}");
+            assert_eq!(a.blocks, b.blocks, "step {i}");
+            assert_eq!(a.added, b.added);
+        }
     }
 
     #[test]

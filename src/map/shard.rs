@@ -596,6 +596,7 @@ impl<K, V> Shard<K, V> {
             now,
             1,
             &mut out,
+            true,
             || false,
         );
         assert!(out.is_empty(), "put_owned on a full bounded shard");

@@ -494,6 +494,12 @@ fn a_deadline_changed_in_place_is_evicted_at_the_new_deadline() {
     assert_eq!(s.len(), 0);
 }
 
+/// `put_bounded`'s answer for the other shards of a shard tested alone:
+/// none holds expired entries.
+fn alone() -> bool {
+    false
+}
+
 /// A bounded shard under random puts (with weights), overwrites, removes,
 /// evictions and time: after every step the shard is consistent, holds no
 /// more than its bound, and holds exactly what the model says; every value
@@ -516,9 +522,16 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                     let d = now + 1 + rnd(20 * P);
                     let w = if weighted { rnd(12) } else { 1 };
                     let outcome = loop {
-                        match s
-                            .put_bounded(k, &mut Some((k, serial)), d, now, w, &mut out, || false)
-                        {
+                        match s.put_bounded(
+                            k,
+                            &mut Some((k, serial)),
+                            d,
+                            now,
+                            w,
+                            &mut out,
+                            true,
+                            alone,
+                        ) {
                             // The only way a shard alone runs short: an
                             // overwrite that must grow found its own entry
                             // due, and evicted it to make room. The map
@@ -596,12 +609,12 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
 fn a_full_shard_evicts_expired_entries_first() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(3, false);
     let mut out = Vec::new();
-    s.put_bounded(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out, || false);
-    s.put_bounded(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out, || false); // expires first
-    s.put_bounded(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out, || false);
+    s.put_bounded(1, &mut Some((1, 1)), 100 * P, 0, 1, &mut out, true, alone);
+    s.put_bounded(2, &mut Some((2, 2)), 5 * P, 0, 1, &mut out, true, alone); // expires first
+    s.put_bounded(3, &mut Some((3, 3)), 100 * P, 0, 1, &mut out, true, alone);
     // Past key 2's deadline, but within its timer tick.
     let now = 5 * P + 1;
-    let r = s.put_bounded(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out, || false);
+    let r = s.put_bounded(4, &mut Some((4, 4)), 100 * P, now, 1, &mut out, true, alone);
     assert!(matches!(r, PutOutcome::Inserted));
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].key, out[0].door), (2, Door::Expired));
@@ -615,14 +628,14 @@ fn admission_refuses_a_rarer_newcomer_until_it_is_asked_for_more() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(2, false);
     let mut out = Vec::new();
     for _ in 0..3 {
-        s.put_bounded(1, &mut Some((1, 1)), P, 0, 1, &mut out, || false);
-        s.put_bounded(2, &mut Some((2, 2)), P, 0, 1, &mut out, || false);
+        s.put_bounded(1, &mut Some((1, 1)), P, 0, 1, &mut out, true, alone);
+        s.put_bounded(2, &mut Some((2, 2)), P, 0, 1, &mut out, true, alone);
     }
     assert!(out.is_empty());
     let mut tries = 0;
     loop {
         tries += 1;
-        match s.put_bounded(3, &mut Some((3, 3)), P, 0, 1, &mut out, || false) {
+        match s.put_bounded(3, &mut Some((3, 3)), P, 0, 1, &mut out, true, alone) {
             PutOutcome::Refused => {
                 let r = out.pop().unwrap();
                 assert_eq!((r.key, r.door), (3, Door::Size));
@@ -654,7 +667,7 @@ fn weights_decide_what_fits() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded(10, true);
     let mut out = Vec::new();
     let put = |s: &mut Shard<u64, u64>, k: u64, w: u64, out: &mut Vec<_>| {
-        s.put_bounded(k, &mut Some((k, k)), 100 * P, 0, w, out, || false)
+        s.put_bounded(k, &mut Some((k, k)), 100 * P, 0, w, out, true, alone)
     };
     assert!(matches!(put(&mut s, 1, 11, &mut out), PutOutcome::Refused));
     assert_eq!(
@@ -701,7 +714,7 @@ fn room_made_in_the_own_shard_is_kept_for_the_put() {
     let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).bounded_by(budget.clone(), 10, true);
     let mut out = Vec::new();
     let mut put = |s: &mut Shard<u64, u64>, k: u64, until: u64, now: u64, w: u64| {
-        let outcome = s.put_bounded(k, &mut Some((k, k)), until, now, w, &mut out, || false);
+        let outcome = s.put_bounded(k, &mut Some((k, k)), until, now, w, &mut out, true, alone);
         assert!(matches!(outcome, PutOutcome::Inserted));
         let gone: Vec<_> = out.drain(..).map(|r| (r.key, r.door)).collect();
         gone

@@ -185,6 +185,7 @@ where
                     now,
                     weight,
                     &mut out,
+                    inner.due_here(hash, now),
                     due_elsewhere,
                 );
                 if give_back && matches!(outcome, PutOutcome::Refused) {
@@ -217,7 +218,7 @@ where
                 inner.leave_due(due.take());
             }
             if !out.is_empty() {
-                inner.leave_all(std::mem::replace(&mut out, shard::Out::new()), now);
+                inner.leave_all(&mut out, now);
             }
             return Ok(match outcome {
                 PutOutcome::Refused if give_back => {
@@ -325,13 +326,14 @@ where
                     let lock = &self.shards[j];
                     let (mut shard, (), now) =
                         self.clock.around(|| lock.write(), |_| (), Time::now);
-                    let room = shard.make_room(need, now, None, candidate, live, &mut out);
+                    let due = self.is_due(j, now);
+                    let room = shard.make_room(need, now, None, candidate, due, live, &mut out);
                     // Exact again (or nearly), while the lock is held.
                     self.set_due(j, shard.deadline_floor());
                     (room, now)
                 };
                 if !out.is_empty() {
-                    self.leave_all(out, now);
+                    self.leave_all(&mut out, now);
                 }
                 if room != Room::Short {
                     return room;
@@ -349,6 +351,18 @@ where
     /// its deadline).
     fn is_due(&self, j: usize, now: u64) -> bool {
         self.due[j].load(Ordering::Relaxed) < now
+    }
+
+    /// Whether `hash`'s shard, whose write lock the caller holds, may hold
+    /// an entry expired at `now` (`true` in an unbounded map). Under that
+    /// lock the shard's `due` is a lower bound of its entries' deadlines:
+    /// when it is at or after `now`, none has expired, and making room
+    /// there need not look for expired entries.
+    #[inline]
+    pub(super) fn due_here(&self, hash: u64, now: u64) -> bool {
+        self.due
+            .get(self.shard_index(hash))
+            .is_none_or(|due| due.load(Ordering::Relaxed) < now)
     }
 
     /// Whether a shard other than `hash`'s may hold an expired entry at

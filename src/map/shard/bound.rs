@@ -17,7 +17,9 @@ impl<K, V> Shard<K, V> {
     /// victims, or this value if the policy refuses it or it is heavier
     /// than the whole bound) is pushed to `out` (see `policy`). If the
     /// budget has no room and this shard nothing more to give, nothing
-    /// changes and the result is [`PutOutcome::NoRoom`].
+    /// changes and the result is [`PutOutcome::NoRoom`]. `due_here`: this
+    /// shard may hold entries expired at `now` (when it does not, making
+    /// room skips the search for them).
     #[allow(clippy::too_many_arguments)] // one call site, each argument a fact of the put
     pub(crate) fn put_bounded(
         &mut self,
@@ -27,6 +29,7 @@ impl<K, V> Shard<K, V> {
         now: u64,
         weight: u64,
         out: &mut impl Sink<K, V>,
+        due_here: bool,
         due_elsewhere: impl Fn() -> bool,
     ) -> PutOutcome<K, V>
     where
@@ -55,7 +58,15 @@ impl<K, V> Shard<K, V> {
                     }
                     if weight > old {
                         let gain = weight - old;
-                        let room = self.reserve(gain, now, Some(index), None, &due_elsewhere, out);
+                        let room = self.reserve(
+                            gain,
+                            now,
+                            Some(index),
+                            None,
+                            due_here,
+                            &due_elsewhere,
+                            out,
+                        );
                         // Its own entry may have left meanwhile (it was
                         // due): then the caller looks again.
                         let held = self.entries.slab.nodes[index as usize]
@@ -92,13 +103,14 @@ impl<K, V> Shard<K, V> {
                     // after its estimate is read for admission: a victim's
                     // latest access is not counted yet either (see `policy`).
                     let reserved = b.try_reserve(weight);
-                    let candidate = if reserved { 0 } else { b.sketch.frequency(h32) };
-                    b.sketch.increment(h32);
+                    let seen = b.sketch.frequency_then_increment(h32);
+                    let candidate = if reserved { 0 } else { seen };
                     if !reserved {
                         let room = if weight > b.cap {
                             Room::Refused
                         } else {
-                            self.reserve(weight, now, None, Some(candidate), &due_elsewhere, out)
+                            let c = Some(candidate);
+                            self.reserve(weight, now, None, c, due_here, &due_elsewhere, out)
                         };
                         match room {
                             Room::Made => {}
@@ -137,12 +149,14 @@ impl<K, V> Shard<K, V> {
     /// another shard's put before this one reserves it: then it makes more,
     /// a few times, before it reports [`Room::Short`]. [`Room::Made`]
     /// means reserved.
+    #[allow(clippy::too_many_arguments)] // `put_bounded`'s, passed on
     fn reserve(
         &mut self,
         need: u64,
         now: u64,
         skip: Option<u32>,
         candidate: Option<u64>,
+        due_here: bool,
         due_elsewhere: &impl Fn() -> bool,
         out: &mut impl Sink<K, V>,
     ) -> Room {
@@ -154,7 +168,7 @@ impl<K, V> Shard<K, V> {
                 break;
             }
             let live = !due_elsewhere();
-            match self.make_room(need, now, skip, candidate, live, out) {
+            match self.make_room(need, now, skip, candidate, due_here, live, out) {
                 Room::Made => {}
                 other => {
                     room = other;
@@ -213,7 +227,9 @@ impl<K, V> Shard<K, V> {
     }
 
     /// Makes room in the map's budget for `need` more weight from this
-    /// shard: evicts what its wheel has due at `now`, then (if `live`)
+    /// shard: evicts what its wheel has due at `now` (if `due_here`: the
+    /// caller's lower bound of the shard's deadlines, `Inner::due`, does
+    /// not rule out entries expired at `now`), then (if `live`)
     /// walks the CLOCK hand (see `policy`), evicting entries past their
     /// deadline as `Expired` and victims as `Size`, never `skip`. With a `candidate`
     /// (a new key's estimated frequency), the first victim stays unless the
@@ -221,18 +237,20 @@ impl<K, V> Shard<K, V> {
     /// is [`Room::Refused`]. [`Room::Made`] once the budget has the room
     /// (other shards' puts may take it before the caller reserves it);
     /// [`Room::Short`] if this shard has nothing more to give.
+    #[allow(clippy::too_many_arguments)] // each argument a fact of the put
     pub(crate) fn make_room(
         &mut self,
         need: u64,
         now: u64,
         skip: Option<u32>,
         candidate: Option<u64>,
+        due_here: bool,
         live: bool,
         out: &mut impl Sink<K, V>,
     ) -> Room {
         let fits = |s: &Self| s.entries.bound.as_ref().is_none_or(|b| b.fits(need));
         // Expired entries first: what the wheel has due, ...
-        while !fits(self) {
+        while due_here && !fits(self) {
             let before = out.len();
             // With idle expiry a due timer may only move on, not evict.
             let (more, _) = self.evict(now, 1, out);
@@ -243,7 +261,7 @@ impl<K, V> Shard<K, V> {
         // ... then those past their deadline but not yet due, whose timer
         // tick is the next one: they share its list (a short one; at most
         // `NEXT_TICK_SEARCH` are looked at).
-        if !fits(self) {
+        if due_here && !fits(self) {
             let w = &self.entries;
             let mut nodes = [0u32; NEXT_TICK_SEARCH];
             let n = w
@@ -265,15 +283,21 @@ impl<K, V> Shard<K, V> {
         // Each step passes over a vacant node, takes a count off a live one
         // (at most 3 each), or evicts one: 4 sweeps always reach a victim.
         let mut steps = 4 * self.entries.slab.nodes.len() as u64 + 4;
-        while !fits(self) && steps > 0 {
+        // Only an eviction here changes whether the room is there (other
+        // shards' puts may give some back meanwhile, as they may at any
+        // time): asked again after each, not at every step.
+        let mut short = !fits(self);
+        while short && steps > 0 {
             steps -= 1;
             let n = self.entries.slab.nodes.len() as u32;
             if n == 0 {
                 break; // nothing held: `fits` holds for any `need` admitted
             }
             let b = self.entries.bound.as_mut().expect("bounded");
+            // One division wraps the hand (left at `n` by the step before,
+            // or anywhere past a smaller slab).
             let i = b.hand % n;
-            b.hand = (i + 1) % n;
+            b.hand = i + 1;
             if Some(i) == skip {
                 continue;
             }
@@ -292,7 +316,10 @@ impl<K, V> Shard<K, V> {
             let h = self.entries.slab.nodes.hash(i);
             match count {
                 None => {}
-                Some(_) if now > deadline => out.push(self.take_index(i, Door::Expired)),
+                Some(_) if now > deadline => {
+                    out.push(self.take_index(i, Door::Expired));
+                    short = !fits(self);
+                }
                 Some(true) => b.sketch.increment(h),
                 Some(false) => {
                     if !admitted {
@@ -305,9 +332,14 @@ impl<K, V> Shard<K, V> {
                         admitted = true;
                     }
                     out.push(self.take_index(i, Door::Size));
+                    short = !fits(self);
                 }
             }
         }
-        if fits(self) { Room::Made } else { Room::Short }
+        if short && !fits(self) {
+            Room::Short
+        } else {
+            Room::Made
+        }
     }
 }

@@ -56,6 +56,17 @@ impl<K, V> Out<K, V> {
         self.first.is_none()
     }
 
+    /// Hands each entry to `f`, in the order pushed, and leaves this empty.
+    #[inline]
+    pub(crate) fn take_each(&mut self, mut f: impl FnMut(Removed<K, V>)) {
+        if let Some(r) = self.first.take() {
+            f(r);
+        }
+        if !self.rest.is_empty() {
+            std::mem::take(&mut self.rest).into_iter().for_each(f);
+        }
+    }
+
     /// Takes back the last entry pushed.
     pub(crate) fn take_last(&mut self) -> Option<Removed<K, V>> {
         self.rest.pop().or_else(|| self.first.take())
