@@ -215,6 +215,56 @@ impl Signal {
     }
 }
 
+/// Driving eviction by hand: what a map built with
+/// `background_eviction(false)` calls in place of the thread.
+impl<K, V, S> super::ExpireMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// Runs eviction now on the calling thread: evicts every entry that is
+    /// due when it starts (up to one precision after its deadline), in
+    /// bounded batches. Returns the number evicted.
+    pub fn evict_expired(&self) -> usize {
+        self.inner.evict_all()
+    }
+
+    /// How long until [`evict_expired`](Self::evict_expired) has work:
+    /// advancing the clock by it and then calling `evict_expired` always
+    /// makes progress, so a loop of the two ends. `None` if the map is empty.
+    /// An entry whose deadline saturated (a `ttl` that reaches past the
+    /// clock's range) never expires, but the timer index may still report
+    /// work for it near the end of the clock's range (where it moves the
+    /// entry within the index and evicts nothing): then this is centuries
+    /// away, and, once the clock is there, a few short waits before `None`.
+    /// A wake-up hint for maps driven without the background thread.
+    ///
+    /// ```
+    /// use expiremap::{ExpireMap, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let map = ExpireMap::<u32, u32>::builder()
+    ///     .clock(clock.clone())
+    ///     .background_eviction(false)
+    ///     .build();
+    /// map.put(1, 1, Duration::from_millis(5));
+    /// map.put(2, 2, Duration::MAX); // saturates: never expires
+    /// while let Some(d) = map.next_expiry() {
+    ///     clock.advance(d);
+    ///     map.evict_expired();
+    /// }
+    /// assert_eq!((map.len(), map.get(&1), map.get(&2)), (1, None, Some(2)));
+    /// ```
+    pub fn next_expiry(&self) -> Option<Duration> {
+        let at = self.inner.next_wakeup()?;
+        Some(Duration::from_nanos(
+            at.saturating_sub(self.inner.clock.now()),
+        ))
+    }
+}
+
 /// The eviction loop and the passes it makes: what the thread does between
 /// its waits on [`Signal`], and what [`evict_expired`] runs on the calling
 /// thread.
