@@ -536,6 +536,19 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         Err(too_many())
     }
 
+    /// Sends with `send` to `key`'s node and waits for nothing (its reply
+    /// is applied and dropped; a redirect is not followed).
+    pub(crate) fn post<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        send: impl Fn(&Shared<K, V>, bool) -> Result<Receiver<T>, Error>,
+    ) {
+        if let Ok(link) = self.first(key, prefix) {
+            let _ = send(&link, false);
+        }
+    }
+
     /// [`run`](Self::run), awaiting the replies.
     pub(crate) async fn run_async<T>(
         &self,

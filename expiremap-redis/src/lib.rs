@@ -332,6 +332,7 @@ mod codec;
 mod connect;
 mod error;
 mod expirations;
+mod lease;
 mod link;
 mod nonblocking;
 mod prefix;
@@ -339,7 +340,7 @@ mod reply;
 mod slots;
 mod wire;
 
-pub use builder::Builder;
+pub use builder::{Builder, DEFAULT_LEASE_TTL};
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
@@ -390,6 +391,10 @@ pub struct NearCache<K, V> {
     expirations: Option<Arc<Expirations<K>>>,
     /// The loads in flight of `get_or_insert_with_async`.
     flights: nonblocking::Flights<V>,
+    /// Fleet-wide loading: the lease TTL (`None`: leases off).
+    lease_ttl: Option<Duration>,
+    /// The callers waiting for a lease held elsewhere (shared with the links).
+    waiters: Arc<lease::Waiters>,
     /// Its entry in the process's table of prefixes in use.
     _prefix: PrefixClaim,
 }
@@ -511,6 +516,9 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         // makes waiters share the loader's value.
         self.near
             .try_get_or_insert_with(key.clone(), Duration::ZERO, || {
+                if let Some(lease_ttl) = self.lease_ttl {
+                    return self.load_leased(&key, ttl, lease_ttl, init);
+                }
                 let fetched = self
                     .links
                     .run(&key, &self.prefix, |l, asking| l.fetch(&key, asking))?;

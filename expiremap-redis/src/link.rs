@@ -48,6 +48,7 @@
 use crate::codec;
 use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_error, server_major};
 use crate::error::Error;
+use crate::lease::{self, Leased};
 use crate::reply::{self, Receiver};
 use crate::wire::{ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
@@ -80,7 +81,7 @@ const SLACK: Duration = Duration::from_millis(2);
 
 /// Largest `PX` we send (about 35,000 years): the server refuses a deadline
 /// past `i64::MAX` ms.
-const MAX_PX_MS: u128 = 1 << 50;
+pub(crate) const MAX_PX_MS: u128 = 1 << 50;
 
 /// How many connect timeouts a call waits at most for the first attempt
 /// of a link to end (a connect is a TCP connect, maybe a TLS handshake,
@@ -90,10 +91,10 @@ const FIRST_ATTEMPT_WAIT: u32 = 4;
 /// Most time between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
-type Reply<T> = reply::Sender<T>;
+pub(crate) type Reply<T> = reply::Sender<T>;
 
 /// A command in flight, waiting for its reply.
-enum Op<K, V> {
+pub(crate) enum Op<K, V> {
     Fetch {
         key: K,
         sent: u64,
@@ -110,6 +111,16 @@ enum Op<K, V> {
         key: K,
         tx: Reply<Option<V>>,
     },
+    /// [`lease::LEASE`]: the value, or the lease, or how long it is held.
+    Lease {
+        key: K,
+        sent: u64,
+        tx: Reply<Leased<V>>,
+    },
+    /// [`lease::RELEASE`].
+    Release {
+        tx: Reply<()>,
+    },
     Ping {
         sent: u64,
     },
@@ -121,8 +132,11 @@ enum Op<K, V> {
 impl<K, V> Op<K, V> {
     fn key(&self) -> Option<&K> {
         match self {
-            Op::Fetch { key, .. } | Op::Set { key, .. } | Op::Del { key, .. } => Some(key),
-            Op::Ping { .. } | Op::Asking => None,
+            Op::Fetch { key, .. }
+            | Op::Set { key, .. }
+            | Op::Del { key, .. }
+            | Op::Lease { key, .. } => Some(key),
+            Op::Ping { .. } | Op::Asking | Op::Release { .. } => None,
         }
     }
 
@@ -130,6 +144,8 @@ impl<K, V> Op<K, V> {
         match self {
             Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.send(Err(e)),
             Op::Set { tx, .. } => tx.send(Err(e)),
+            Op::Lease { tx, .. } => tx.send(Err(e)),
+            Op::Release { tx } => tx.send(Err(e)),
             Op::Ping { .. } | Op::Asking => {}
         }
     }
@@ -140,6 +156,8 @@ impl<K, V> Op<K, V> {
         match self {
             Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.expire(now),
             Op::Set { tx, .. } => tx.expire(now),
+            Op::Lease { tx, .. } => tx.expire(now),
+            Op::Release { tx } => tx.expire(now),
             Op::Ping { .. } | Op::Asking => None,
         }
     }
@@ -333,10 +351,22 @@ where
     /// awaiting), at most the call timeout. A call that times out leaves
     /// its op queued: the reply, if it comes, is applied (and its near copy
     /// stored) as any other.
-    fn call<T>(
+    pub(crate) fn call<T>(
         &self,
         cmd: &[u8],
         asking: bool,
+        make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
+    ) -> Result<Receiver<T>, Error> {
+        self.call_after(cmd, asking, 0, make)
+    }
+
+    /// [`call`](Self::call) for `cmd` of `skipped + 1` commands, of which
+    /// only the last reply is the op's (a `MULTI` ... `EXEC`).
+    fn call_after<T>(
+        &self,
+        cmd: &[u8],
+        asking: bool,
+        skipped: usize,
         make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
     ) -> Result<Receiver<T>, Error> {
         let (tx, rx) = reply::channel(self.cfg.call_timeout);
@@ -352,6 +382,7 @@ where
                 conn.stream.shutdown();
             }
         }
+        conn.pending.extend((0..skipped).map(|_| Op::Asking));
         conn.pending.push_back(make(sent, tx));
         if conn.stream.send(cmd).is_err() {
             // The reader sees the shutdown and fails every pending op,
@@ -394,12 +425,22 @@ where
         let name = codec::redis_key(&self.cfg.prefix, &key)?;
         let bytes = codec::encode_value(&value)?;
         let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS);
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(name).arg(bytes).arg("PX").arg(ms as u64);
-        if nx {
-            cmd.arg("NX");
-        }
-        self.call(&cmd.get_packed_command(), asking, |sent, tx| Op::Set {
+        let mut set = redis::cmd("SET");
+        set.arg(&name).arg(bytes).arg("PX").arg(ms as u64);
+        let (cmd, skipped) = if nx {
+            set.arg("NX");
+            (set.get_packed_command(), 0)
+        } else {
+            // A put voids the key's lease, atomically: in a transaction,
+            // not a script, for `NOLOOP` spares us only the invalidations
+            // of our own commands, not of our scripts' writes.
+            let mut cmd = redis::cmd("MULTI").get_packed_command();
+            cmd.extend(set.get_packed_command());
+            cmd.extend(redis::cmd("DEL").arg(lease::name_of(&name)).get_packed_command());
+            cmd.extend(redis::cmd("EXEC").get_packed_command());
+            (cmd, 3)
+        };
+        self.call_after(&cmd, asking, skipped, |sent, tx| Op::Set {
             key,
             value,
             ttl,
@@ -408,10 +449,16 @@ where
         })
     }
 
-    /// `GETDEL name`.
+    /// `GETDEL name`, voiding the key's lease in the same script.
     pub(crate) fn del(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
-        let cmd = redis::cmd("GETDEL").arg(name).get_packed_command();
+        let lease = lease::name_of(&name);
+        let cmd = redis::cmd("EVAL")
+            .arg(lease::REMOVE)
+            .arg(2)
+            .arg(name)
+            .arg(lease)
+            .get_packed_command();
         self.call(&cmd, asking, |_, tx| Op::Del {
             key: key.clone(),
             tx,
@@ -440,6 +487,9 @@ where
         match data.into_iter().next() {
             Some(Value::Array(names) | Value::Set(names)) => {
                 for name in names {
+                    if let Value::BulkString(name) = &name {
+                        self.cfg.waiters.wake(name);
+                    }
                     if let Value::BulkString(name) = name
                         && let Some(k) = codec::key_of::<K>(&self.cfg.prefix, &name)
                     {
@@ -448,7 +498,10 @@ where
                 }
             }
             // A null list: the server flushed its databases.
-            _ => self.near.clear(),
+            _ => {
+                self.near.clear();
+                self.cfg.waiters.wake_all();
+            }
         }
     }
 
@@ -469,6 +522,11 @@ where
                 let r = self.fetched(key, sent, reply);
                 tx.send(r);
             }
+            Op::Lease { key, sent, tx } => {
+                let r = self.leased(key, sent, reply);
+                tx.send(r);
+            }
+            Op::Release { tx } => tx.send(Ok(())),
             Op::Set {
                 key,
                 value,
@@ -477,15 +535,22 @@ where
                 tx,
             } => {
                 let r = match reply {
-                    Value::Okay => {
+                    Value::Array(a) if matches!(a.first(), Some(Value::Okay)) => {
+                        self.wake_key(&key);
+                        self.store(key, value, sent, Some(ttl));
+                        Ok(true)
+                    }
+                    Value::Okay | Value::Int(1) => {
+                        self.wake_key(&key);
                         self.store(key, value, sent, Some(ttl));
                         Ok(true)
                     }
                     Value::SimpleString(s) if s == "OK" => {
+                        self.wake_key(&key);
                         self.store(key, value, sent, Some(ttl));
                         Ok(true)
                     }
-                    Value::Nil => Ok(false),
+                    Value::Nil | Value::Int(0) => Ok(false),
                     other => {
                         self.near.remove(&key);
                         Err(Error::Protocol(format!("SET answered {other:?}")))
@@ -495,8 +560,9 @@ where
             }
             Op::Del { key, tx } => {
                 self.near.remove(&key);
+                self.wake_key(&key);
                 let r = match reply {
-                    Value::Nil => Ok(None),
+                    Value::Nil | Value::Boolean(false) => Ok(None),
                     Value::BulkString(b) => codec::decode_value(&b).map(Some).map_err(|mut e| {
                         e.message.push_str(" (the key was deleted all the same)");
                         Error::from(e)
@@ -508,7 +574,7 @@ where
         }
     }
 
-    fn fetched(&self, key: K, sent: u64, reply: Value) -> Result<Option<V>, Error> {
+    pub(crate) fn fetched(&self, key: K, sent: u64, reply: Value) -> Result<Option<V>, Error> {
         let bad = |what: &Value| Error::Protocol(format!("fetch script answered {what:?}"));
         let Value::Array(items) = &reply else {
             self.near.remove(&key);
@@ -596,8 +662,9 @@ where
             }
         }
         // Invalidations may have been missed from the moment the connection
-        // broke: no near copy survives it.
+        // broke: no near copy survives it, and lease waits look again.
         self.near.clear();
+        self.cfg.waiters.wake_all();
         if let Some(t) = self.supervisor.get() {
             t.unpark();
         }
@@ -684,6 +751,7 @@ where
     /// Sends a ping when one is due; closes a connection whose ping went
     /// unanswered for [`Config::dead_after`].
     fn heartbeat(&self) {
+        self.cfg.waiters.expire(Instant::now());
         let now = self.clock.now();
         let mut link = self.link();
         let Some(conn) = link.as_mut() else { return };

@@ -1,0 +1,531 @@
+//! Fleet-wide loading: memcache-style leases in Redis.
+//!
+//! # Protocol
+//!
+//! * The lease of a key is a Redis key of its own, [`name_of`]: the key's
+//!   name followed by `:lease` (and, where the key has no hash tag, a tag
+//!   that puts the lease in the key's Cluster slot), under the cache's
+//!   prefix, so its writes are tracked like the key's. Its value is a
+//!   random token, with a TTL of `lease_ttl`.
+//! * A loader's miss runs [`LEASE`]: the value if there is one, else it
+//!   takes the lease (`SET NX PX`) or says how long the holder's lease
+//!   has left. One script, one round trip, on the key's node.
+//! * A caller that finds the lease held waits, registered in [`Waiters`]
+//!   *before* it sent [`LEASE`], for an invalidation of the key or of its
+//!   lease (the holder's write, a `put`, a `remove`, a released or expired
+//!   lease), which the connection's reader hands to [`Waiters::wake`], or
+//!   for the lease's remaining time, whichever comes first; then it runs
+//!   [`LEASE`] again. Invalidations and replies come on one connection in
+//!   the server's order, so an invalidation sent after [`LEASE`] ran is
+//!   never missed; one sent before only wakes the caller early.
+//! * The holder stores with [`STORE`]: the value is written only if the
+//!   lease still holds its token, and the lease is deleted with it. A
+//!   `put` or `remove` of the key deletes the lease in the same script as
+//!   its write ([`REMOVE`], and `put`'s transaction), so a load that raced them is refused.
+//!   A holder whose load fails releases its lease ([`RELEASE`]).
+//! * `put` is a `MULTI`/`EXEC` (`SET`, `DEL` of the lease), not a script:
+//!   Redis sends a script's writes back to its own connection as
+//!   invalidations, `NOLOOP` or not, which would drop the near copy the
+//!   `put` just made. The holder's [`STORE`] is a script (it must compare
+//!   the token), so the holder's own near copy is dropped by its echo and
+//!   its next read goes to Redis once.
+
+use crate::error::Error;
+use crate::link::{self, Shared};
+use crate::reply::Receiver;
+use crate::slots::{crc16, slot};
+use crate::{CacheKey, CacheValue, NearCache, codec};
+use redis::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+/// `KEYS[1]` the key, `KEYS[2]` its lease; `ARGV[1]` a token, `ARGV[2]`
+/// the lease TTL in ms. Answers `{value, pttl}` if the key has a value,
+/// `{false, -3}` if the lease was taken with the token, else `{false,
+/// pttl of the lease}`.
+pub(crate) const LEASE: &str = "local v = redis.call('GET', KEYS[1]) \
+if v then return {v, redis.call('PTTL', KEYS[1])} end \
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {false, -3} end \
+return {false, redis.call('PTTL', KEYS[2])}";
+
+/// The lease holder's write: `KEYS` as [`LEASE`]; `ARGV[1]` the token,
+/// `ARGV[2]` the value, `ARGV[3]` its TTL in ms. 1 if stored, 0 if the
+/// lease was void (taken over, deleted by a write, or lapsed).
+pub(crate) const STORE: &str = "if redis.call('GET', KEYS[2]) == ARGV[1] then \
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) redis.call('DEL', KEYS[2]) return 1 end \
+return 0";
+
+/// A holder giving its lease up (`KEYS[1]` the lease, `ARGV[1]` the token).
+pub(crate) const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+return redis.call('DEL', KEYS[1]) end return 0";
+
+/// `remove`: `GETDEL`, and the key's lease voided, atomically.
+pub(crate) const REMOVE: &str = "local v = redis.call('GETDEL', KEYS[1]) \
+redis.call('DEL', KEYS[2]) return v";
+
+/// What [`LEASE`] found.
+pub(crate) enum Leased<V> {
+    /// The key's value (a near copy was kept, as by a fetch).
+    Value(V),
+    /// The lease is this caller's: load and [`STORE`].
+    Mine,
+    /// Another holds the lease, for this long at most (`None`: unknown).
+    Held(Option<Duration>),
+}
+
+/// A hash tag (`{t}`) of each slot, found once: the shortest alphanumeric
+/// strings whose CRC16 gives the slot.
+fn tags() -> &'static [Box<[u8]>] {
+    static TAGS: OnceLock<Vec<Box<[u8]>>> = OnceLock::new();
+    TAGS.get_or_init(|| {
+        const A: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let mut tags: Vec<Option<Box<[u8]>>> = vec![None; crate::slots::SLOTS];
+        let mut left = tags.len();
+        let mut len = 1;
+        while left > 0 {
+            let mut idx = vec![0usize; len];
+            loop {
+                let t: Vec<u8> = idx.iter().map(|&i| A[i]).collect();
+                let s = usize::from(crc16(&t)) % tags.len();
+                if tags[s].is_none() {
+                    tags[s] = Some(t.into());
+                    left -= 1;
+                }
+                // The next string of this length (odometer), or done.
+                let mut i = 0;
+                while i < len && idx[i] + 1 == A.len() {
+                    idx[i] = 0;
+                    i += 1;
+                }
+                if i == len {
+                    break;
+                }
+                idx[i] += 1;
+            }
+            len += 1;
+        }
+        tags.into_iter().map(Option::unwrap_or_default).collect()
+    })
+}
+
+/// The Redis name of the lease of the key named `name`: `name:lease`, in
+/// the slot of `name` (a hash tag is added where needed). Never a key's
+/// name: a key's encoding is self-delimiting, so `name` followed by more
+/// bytes does not decode as a key (an invalidation of a lease drops no
+/// near copy).
+pub(crate) fn name_of(name: &[u8]) -> Vec<u8> {
+    let want = slot(name);
+    let mut lease = name.to_vec();
+    lease.extend_from_slice(b":lease");
+    if slot(&lease) == want {
+        // The key has a hash tag, which the suffix keeps.
+        return lease;
+    }
+    if !name.contains(&b'{') {
+        lease.push(b'{');
+        lease.extend_from_slice(&tags()[usize::from(want)]);
+        lease.push(b'}');
+        return lease;
+    }
+    // A `{` without a usable tag: the slot depends on the whole suffix;
+    // count until it matches (16,384 tries expected; CRC16 of a growing
+    // counter reaches every slot).
+    let base = lease.len();
+    for n in 0u64.. {
+        lease.truncate(base);
+        lease.extend_from_slice(format!(":{n}").as_bytes());
+        if slot(&lease) == want {
+            break;
+        }
+    }
+    lease
+}
+
+/// A token no other lease of any process has: 128 bits from the std
+/// hasher's random keys, the process id, a counter and the time.
+pub(crate) fn token() -> String {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut out = String::with_capacity(32);
+    for half in 0..2u64 {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u64(half);
+        h.write_u32(std::process::id());
+        h.write_u64(n);
+        h.write_u128(t);
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out
+}
+
+struct WaitState {
+    deadline: Option<Instant>,
+    waker: Option<Waker>,
+}
+
+/// One caller waiting for a held lease to end.
+pub(crate) struct Wait {
+    woken: AtomicBool,
+    thread: Thread,
+    state: Mutex<WaitState>,
+}
+
+impl Wait {
+    fn lock(&self) -> MutexGuard<'_, WaitState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake(&self) {
+        self.woken.store(true, Ordering::Release);
+        let waker = self.lock().waker.take();
+        self.thread.unpark();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// The callers waiting for leases held elsewhere, by the Redis names they
+/// wait on (the key's and its lease's). One table per cache, shared by
+/// its links: the readers wake by name, the supervisors at deadlines.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    count: AtomicUsize,
+    map: Mutex<HashMap<Vec<u8>, Vec<Arc<Wait>>>>,
+}
+
+impl Waiters {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<Arc<Wait>>>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `true` if someone waits (a reader's cheap test before it names keys).
+    #[inline]
+    pub(crate) fn active(&self) -> bool {
+        self.count.load(Ordering::Acquire) > 0
+    }
+
+    /// Registers a wait on `names` (before the [`LEASE`] it follows is sent).
+    pub(crate) fn register(&self, names: [Vec<u8>; 2]) -> Registered<'_> {
+        let wait = Arc::new(Wait {
+            woken: AtomicBool::new(false),
+            thread: thread::current(),
+            state: Mutex::new(WaitState {
+                deadline: None,
+                waker: None,
+            }),
+        });
+        let mut map = self.lock();
+        for n in &names {
+            map.entry(n.clone()).or_default().push(Arc::clone(&wait));
+        }
+        self.count.fetch_add(1, Ordering::AcqRel);
+        drop(map);
+        Registered {
+            waiters: self,
+            names,
+            wait,
+        }
+    }
+
+    /// Wakes the waits on `name` (an invalidation, or our own write).
+    pub(crate) fn wake(&self, name: &[u8]) {
+        if !self.active() {
+            return;
+        }
+        let woken = self.lock().get(name).cloned().unwrap_or_default();
+        woken.iter().for_each(|w| w.wake());
+    }
+
+    /// Wakes every wait (a flush, a lost connection).
+    pub(crate) fn wake_all(&self) {
+        if !self.active() {
+            return;
+        }
+        let all: Vec<Arc<Wait>> = self.lock().values().flatten().cloned().collect();
+        all.iter().for_each(|w| w.wake());
+    }
+
+    /// Wakes the waits past their deadline (the supervisors, every tick:
+    /// what ends an awaited wait on time).
+    pub(crate) fn expire(&self, now: Instant) {
+        if !self.active() {
+            return;
+        }
+        let due: Vec<Arc<Wait>> = self
+            .lock()
+            .values()
+            .flatten()
+            .filter(|w| w.lock().deadline.is_some_and(|d| d <= now))
+            .cloned()
+            .collect();
+        due.iter().for_each(|w| w.wake());
+    }
+}
+
+/// A registered wait; deregisters when dropped.
+pub(crate) struct Registered<'a> {
+    waiters: &'a Waiters,
+    names: [Vec<u8>; 2],
+    wait: Arc<Wait>,
+}
+
+impl Registered<'_> {
+    /// Parks until woken or `left` has passed.
+    pub(crate) fn block(&self, left: Duration) {
+        let deadline = Instant::now() + left;
+        while !self.wait.woken.load(Ordering::Acquire) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            thread::park_timeout(deadline - now);
+        }
+    }
+
+    /// Awaits a wake or `left`'s end (noticed by a supervisor within its
+    /// tick).
+    pub(crate) fn until(&self, left: Duration) -> Until<'_> {
+        self.wait.lock().deadline = Some(Instant::now() + left);
+        Until(&self.wait)
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        let mut map = self.waiters.lock();
+        for n in &self.names {
+            if let Some(list) = map.get_mut(n) {
+                list.retain(|w| !Arc::ptr_eq(w, &self.wait));
+                if list.is_empty() {
+                    map.remove(n);
+                }
+            }
+        }
+        self.waiters.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The future of [`Registered::until`].
+pub(crate) struct Until<'a>(&'a Wait);
+
+impl Future for Until<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let w = self.0;
+        let mut st = w.lock();
+        let due = st.deadline.is_none_or(|d| d <= Instant::now());
+        if w.woken.load(Ordering::Acquire) || due {
+            return Poll::Ready(());
+        }
+        st.waker = Some(cx.waker().clone());
+        drop(st);
+        // A wake between the test and the store has set `woken`.
+        if w.woken.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl<K: CacheKey, V: CacheValue> Shared<K, V> {
+    /// Wakes the lease waits on `key` (after our own write of it, of which
+    /// `NOLOOP` sends us no invalidation).
+    pub(crate) fn wake_key(&self, key: &K) {
+        if self.cfg.waiters.active()
+            && let Ok(name) = codec::redis_key(&self.cfg.prefix, key)
+        {
+            self.cfg.waiters.wake(&name);
+        }
+    }
+
+    /// [`LEASE`] with `token`, for `lease_ttl`.
+    pub(crate) fn lease(
+        &self,
+        key: &K,
+        token: &str,
+        lease_ttl: Duration,
+        asking: bool,
+    ) -> Result<Receiver<Leased<V>>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, key)?;
+        let lease = name_of(&name);
+        let ms = lease_ttl.as_millis().clamp(1, link::MAX_PX_MS) as u64;
+        let cmd = redis::cmd("EVAL")
+            .arg(LEASE)
+            .arg(2)
+            .arg(name)
+            .arg(lease)
+            .arg(token)
+            .arg(ms)
+            .get_packed_command();
+        self.call(&cmd, asking, |sent, tx| link::Op::Lease {
+            key: key.clone(),
+            sent,
+            tx,
+        })
+    }
+
+    /// [`STORE`]: `value` lands only while `token` holds the lease;
+    /// `Ok(false)` if the lease was void.
+    pub(crate) fn store_leased(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        token: &str,
+        asking: bool,
+    ) -> Result<Receiver<bool>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, &key)?;
+        let lease = name_of(&name);
+        let bytes = codec::encode_value(&value)?;
+        let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, link::MAX_PX_MS) as u64;
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(STORE).arg(2).arg(name).arg(lease);
+        cmd.arg(token).arg(bytes).arg(ms);
+        self.call(&cmd.get_packed_command(), asking, |sent, tx| link::Op::Set {
+            key,
+            value,
+            ttl,
+            sent,
+            tx,
+        })
+    }
+
+    /// [`RELEASE`]: gives up the lease `token` holds, if it still does.
+    pub(crate) fn release(&self, key: &K, token: &str, asking: bool) -> Result<Receiver<()>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, key)?;
+        let cmd = redis::cmd("EVAL")
+            .arg(RELEASE)
+            .arg(1)
+            .arg(name_of(&name))
+            .arg(token)
+            .get_packed_command();
+        self.call(&cmd, asking, |_, tx| link::Op::Release { tx })
+    }
+
+    /// The reply of [`LEASE`].
+    pub(crate) fn leased(&self, key: K, sent: u64, reply: Value) -> Result<Leased<V>, Error> {
+        if let Value::Array(items) = &reply
+            && let [Value::Nil | Value::Boolean(false), Value::Int(n)] = items.as_slice()
+        {
+            return Ok(match *n {
+                -3 => Leased::Mine,
+                ms if ms >= 0 => Leased::Held(Some(Duration::from_millis(ms as u64))),
+                _ => Leased::Held(None),
+            });
+        }
+        Ok(match self.fetched(key, sent, reply)? {
+            Some(v) => Leased::Value(v),
+            None => Leased::Held(None),
+        })
+    }
+}
+
+impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
+    /// The Redis names a lease wait listens on: the key's lease and the key.
+    pub(crate) fn lease_names(&self, key: &K) -> Result<[Vec<u8>; 2], Error> {
+        let name = codec::redis_key(&self.prefix, key)?;
+        Ok([name_of(&name), name])
+    }
+
+    /// The load of a missing key under a lease (see the module docs):
+    /// `init` runs only in the lease's holder, anywhere in the fleet.
+    pub(crate) fn load_leased<E: From<Error>>(
+        &self,
+        key: &K,
+        ttl: Duration,
+        lease_ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        let names = self.lease_names(key)?;
+        let token = token();
+        loop {
+            let wait = self.waiters.register(names.clone());
+            let found = self.links.run(key, &self.prefix, |l, asking| {
+                l.lease(key, &token, lease_ttl, asking)
+            })?;
+            match found {
+                Leased::Value(v) => return Ok(v),
+                Leased::Mine => break,
+                Leased::Held(left) => wait.block(patience(left, lease_ttl)),
+            }
+        }
+        // Given back if `init` fails or panics, or the value is not stored.
+        let mut release = Release {
+            cache: self,
+            key,
+            token: &token,
+            armed: true,
+        };
+        let v = init()?;
+        if !ttl.is_zero() {
+            self.links.run(key, &self.prefix, |l, asking| {
+                l.store_leased(key.clone(), v.clone(), ttl, &token, asking)
+            })?;
+            // Stored (which ended the lease) or refused (it was void).
+            release.armed = false;
+        }
+        Ok(v)
+    }
+}
+
+/// Gives a held lease back when dropped, unless disarmed (the store ended
+/// it): sent without waiting, errors ignored (the lease lapses at its TTL
+/// all the same). Also when a loader's `init` panics or its future is
+/// dropped.
+pub(crate) struct Release<'a, K: CacheKey, V: CacheValue> {
+    pub(crate) cache: &'a NearCache<K, V>,
+    pub(crate) key: &'a K,
+    pub(crate) token: &'a str,
+    pub(crate) armed: bool,
+}
+
+impl<K: CacheKey, V: CacheValue> Drop for Release<'_, K, V> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (c, key, token) = (self.cache, self.key, self.token);
+        c.links
+            .post(key, &c.prefix, |l, asking| l.release(key, token, asking));
+    }
+}
+
+/// The wait after a [`Leased::Held`]: the lease's time left and a
+/// millisecond (the server counts whole ms), or the whole lease TTL.
+pub(crate) fn patience(held: Option<Duration>, lease_ttl: Duration) -> Duration {
+    held.map_or(lease_ttl, |d| d + Duration::from_millis(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_shares_its_keys_slot_and_never_names_a_key() {
+        for n in [
+            &b"p:\x03abc"[..],
+            b"p:{user1}x",
+            b"p:{x",
+            b"p:{}x",
+            b"p:}{",
+            b"",
+        ] {
+            let l = name_of(n);
+            assert_eq!(slot(&l), slot(n), "{:?}", String::from_utf8_lossy(&l));
+            assert!(l.starts_with(n) && l.len() > n.len());
+        }
+        assert_ne!(token(), token());
+    }
+}
