@@ -393,17 +393,24 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(STORE).arg(2).arg(name).arg(lease);
         cmd.arg(token).arg(bytes).arg(ms);
-        self.call(&cmd.get_packed_command(), asking, |sent, tx| link::Op::Set {
-            key,
-            value,
-            ttl,
-            sent,
-            tx,
+        self.call(&cmd.get_packed_command(), asking, |sent, tx| {
+            link::Op::Set {
+                key,
+                value,
+                ttl,
+                sent,
+                tx,
+            }
         })
     }
 
     /// [`RELEASE`]: gives up the lease `token` holds, if it still does.
-    pub(crate) fn release(&self, key: &K, token: &str, asking: bool) -> Result<Receiver<()>, Error> {
+    pub(crate) fn release(
+        &self,
+        key: &K,
+        token: &str,
+        asking: bool,
+    ) -> Result<Receiver<()>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let cmd = redis::cmd("EVAL")
             .arg(RELEASE)

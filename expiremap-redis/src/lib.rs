@@ -214,6 +214,55 @@
 //!   its replacement takes writes, until it steps down or its link fails.
 //!   Tested on clusters of three and four primaries of Redis 7.0.15.
 //!
+//! # Fleet-wide loading
+//!
+//! [`get_or_insert_with`](NearCache::get_or_insert_with) and its kin (the
+//! `try_` and async forms) load a missing key **once across every process
+//! that shares the Redis**, not once per process, with memcache-style
+//! leases (Nishtala et al., NSDI 2013). On by default;
+//! [`Builder::leases`] turns them off, [`Builder::lease_ttl`] sets their
+//! life ([`DEFAULT_LEASE_TTL`], 10 s).
+//!
+//! * The first miss anywhere takes the key's *lease*: a random token stored
+//!   in Redis next to the key (`<key>:lease`, in the key's Cluster slot)
+//!   with the lease TTL, taken in the same script that found the key
+//!   missing (one round trip, as the plain miss's read). It runs `init`.
+//! * Every other caller, in any process, finds the lease held and waits:
+//!   for an invalidation of the key or of its lease on the tracking
+//!   connection it already has (the holder's write, a `put`, a `remove`, a
+//!   lease given back or expired), or for the lease's time left, whichever
+//!   comes first; then it reads again, and takes the lease if it is free.
+//!   No polling: a waiter sends nothing while it waits.
+//! * The holder's value is stored only while its lease is valid (a script
+//!   that compares the token, then sets the value and deletes the lease).
+//!   A `put` or `remove` of the key by any cache deletes the lease
+//!   atomically with its write, so a load that started before it never
+//!   lands after it: no old value over a newer `put`, no removed key
+//!   brought back for a whole TTL (the cache-aside stale set). The load's
+//!   value is then only returned to its callers.
+//! * A holder whose `init` fails or panics, or whose future is dropped,
+//!   gives the lease back, and a waiter takes over at once. A process that
+//!   dies (or a link that is lost) holding a lease delays the others by at
+//!   most the lease TTL; a load that outlives its lease is not stored (its
+//!   callers get its value), and another process may load meanwhile.
+//!
+//! What it gains: with `P` processes reading a hot key, one load per
+//! expiry instead of `P` (measured in `BENCHMARKS.md`: 1.00 instead of
+//! 8.00 loads per expiry with 8 processes, on one server and on a 3-primary
+//! cluster), and no stale set. What it costs: the same round trips as
+//! without it on a miss (the lease is taken by the miss's read and ended by
+//! the store), two scripts instead of `GET`/`SET NX`, measured at about
+//! 13–25 µs more per loaded miss; `put` is a `MULTI`/`EXEC` and `remove` a
+//! script (one round trip each, as before). The holder's own near copy is
+//! dropped right after its store (Redis echoes a script's writes to its
+//! own connection despite `NOLOOP`), so its next read goes to Redis once.
+//!
+//! What the lease TTL should be: longer than your slowest load (a few
+//! times its p99.9), since a load that outlives its lease is done twice;
+//! and as short as you can afford a stuck or crashed loader to hold the
+//! fleet up. Writes that bypass the cache (another client's `SET`) do not
+//! void leases: a load racing them may land after them.
+//!
 //! # Requirements
 //!
 //! Redis 6.2 or later (RESP3 and `GETDEL`), over TCP
@@ -477,11 +526,14 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
 
     /// The value of `key`, or, if Redis has none, `init()`'s value stored
     /// with `ttl`. At most one caller per key in this process runs `init` at
-    /// a time (others wait for its value). The value is stored with
-    /// `SET ... NX`: if another process stored one meanwhile, that one
-    /// stands and `init`'s is only returned (as
-    /// [`ExpireMap::get_or_insert_with`] does). A zero `ttl` returns the
-    /// value without storing it.
+    /// a time (others wait for its value), and with leases (the default)
+    /// at most one per key in the whole fleet: the others wait for its
+    /// value, or for its lease to lapse (see the crate docs, *Fleet-wide
+    /// loading*). `init`'s value is stored only while its lease is valid:
+    /// if another process wrote or removed the key meanwhile, that write
+    /// stands and `init`'s value is only returned. (Without leases it is
+    /// stored with `SET ... NX`.) A zero `ttl` returns the value without
+    /// storing it.
     ///
     /// `init` must not ask this cache for the same key (it would wait for
     /// itself, and panics instead).

@@ -360,8 +360,7 @@ where
         self.call_after(cmd, asking, 0, make)
     }
 
-    /// [`call`](Self::call) for `cmd` of `skipped + 1` commands, of which
-    /// only the last reply is the op's (a `MULTI` ... `EXEC`).
+    /// [`call`](Self::call) for `skipped + 1` commands (`MULTI`...`EXEC`).
     fn call_after<T>(
         &self,
         cmd: &[u8],
@@ -431,12 +430,14 @@ where
             set.arg("NX");
             (set.get_packed_command(), 0)
         } else {
-            // A put voids the key's lease, atomically: in a transaction,
-            // not a script, for `NOLOOP` spares us only the invalidations
-            // of our own commands, not of our scripts' writes.
+            // Voids the key's lease, atomically (see `lease`: no script).
             let mut cmd = redis::cmd("MULTI").get_packed_command();
             cmd.extend(set.get_packed_command());
-            cmd.extend(redis::cmd("DEL").arg(lease::name_of(&name)).get_packed_command());
+            cmd.extend(
+                redis::cmd("DEL")
+                    .arg(lease::name_of(&name))
+                    .get_packed_command(),
+            );
             cmd.extend(redis::cmd("EXEC").get_packed_command());
             (cmd, 3)
         };

@@ -142,7 +142,10 @@ fn a_slow_load_never_resurrects_a_removed_key() {
             b.remove(&key).unwrap();
         });
         assert_eq!(returned, 1, "the load's value is returned to its caller");
-        assert_eq!(read, None, "race {i}: the stale load landed after the remove");
+        assert_eq!(
+            read, None,
+            "race {i}: the stale load landed after the remove"
+        );
     }
 }
 
@@ -225,7 +228,11 @@ fn a_lapsed_lease_refuses_its_holders_late_write() {
     // has lapsed on the server, whatever the machine's speed.
     thread::sleep(lease * 3);
     go.send(()).unwrap();
-    assert_eq!(late.join().unwrap(), 1, "the value is returned to its caller");
+    assert_eq!(
+        late.join().unwrap(),
+        1,
+        "the value is returned to its caller"
+    );
     let k = "k".to_string();
     assert_eq!(b.get(&k).unwrap(), None, "the late write landed");
     assert_eq!(a.get(&k).unwrap(), None);
@@ -246,7 +253,9 @@ fn a_failed_load_gives_its_lease_back() {
             a.try_get_or_insert_with("k".to_string(), HOUR, || {
                 started_tx.send(()).unwrap();
                 go_rx.recv().unwrap();
-                Err(expiremap_redis::Error::Config("the database is down".into()))
+                Err(expiremap_redis::Error::Config(
+                    "the database is down".into(),
+                ))
             })
         })
     };
@@ -258,7 +267,10 @@ fn a_failed_load_gives_its_lease_back() {
     thread::sleep(Duration::from_millis(20));
     go.send(()).unwrap();
     assert!(failing.join().unwrap().is_err());
-    assert_eq!(within("the waiter loads", move || waiter.join().unwrap()), 2);
+    assert_eq!(
+        within("the waiter loads", move || waiter.join().unwrap()),
+        2
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,6 +314,9 @@ fn over_a_cluster_one_load_per_hot_key_and_no_stale_set() {
         let (_, read) = race(&a, &b, &key, |b| {
             b.remove(&key).unwrap();
         });
-        assert_eq!(read, None, "race {i}: the stale load landed after the remove");
+        assert_eq!(
+            read, None,
+            "race {i}: the stale load landed after the remove"
+        );
     }
 }
