@@ -28,7 +28,12 @@
 //!   invalidations, `NOLOOP` or not, which would drop the near copy the
 //!   `put` just made. The holder's [`STORE`] is a script (it must compare
 //!   the token), so the holder's own near copy is dropped by its echo and
-//!   its next read goes to Redis once.
+//!   its next read goes to Redis once. In a Cluster slot in migration
+//!   (a `put` sent after an `ASK`) the transaction is refused
+//!   (`TRYAGAIN`), so the lease's `DEL` is sent first and the `SET` after
+//!   it: not atomic there, but a load can only land between the two, and
+//!   the `SET` overwrites it. The lease scripts on such a slot may fail
+//!   with `TRYAGAIN` (an `Error::Server`) until the migration ends.
 
 use crate::error::Error;
 use crate::link::{self, Shared};
@@ -340,6 +345,62 @@ impl Future for Until<'_> {
 }
 
 impl<K: CacheKey, V: CacheValue> Shared<K, V> {
+    /// The first `MULTI` op waiting after a refused command keeps its error.
+    pub(crate) fn queue_refused(&self, e: Error) {
+        if let Some(conn) = self.link().as_mut()
+            && let Some(link::Op::Set { aborted, .. }) = conn
+                .pending
+                .iter_mut()
+                .find(|op| matches!(op, link::Op::Set { .. }))
+        {
+            aborted.get_or_insert(e);
+        }
+    }
+
+    /// The reply of a miss's read (the value and its PTTL), keeping a near
+    /// copy; also the value of [`LEASE`]'s reply.
+    pub(crate) fn fetched(&self, key: K, sent: u64, reply: Value) -> Result<Option<V>, Error> {
+        let bad = |what: &Value| Error::Protocol(format!("fetch script answered {what:?}"));
+        let Value::Array(items) = &reply else {
+            self.near.remove(&key);
+            return Err(bad(&reply));
+        };
+        let (value, pttl) = match items.as_slice() {
+            [v, Value::Int(pttl)] => (v, *pttl),
+            _ => {
+                self.near.remove(&key);
+                return Err(bad(&reply));
+            }
+        };
+        match value {
+            Value::BulkString(bytes) => match codec::decode_value::<V>(bytes) {
+                Ok(v) => {
+                    let ttl = match pttl {
+                        -1 => None,
+                        ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+                        // Gone between GET and PTTL cannot happen in a script;
+                        // keep no copy if it does.
+                        _ => Some(Duration::ZERO),
+                    };
+                    self.store(key, v.clone(), sent, ttl);
+                    Ok(Some(v))
+                }
+                Err(e) => {
+                    self.near.remove(&key);
+                    Err(e.into())
+                }
+            },
+            Value::Nil | Value::Boolean(false) => {
+                self.near.remove(&key);
+                Ok(None)
+            }
+            _ => {
+                self.near.remove(&key);
+                Err(bad(&reply))
+            }
+        }
+    }
+
     /// Wakes the lease waits on `key` (after our own write of it, of which
     /// `NOLOOP` sends us no invalidation).
     pub(crate) fn wake_key(&self, key: &K) {
@@ -400,6 +461,7 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
                 ttl,
                 sent,
                 tx,
+                aborted: None,
             }
         })
     }

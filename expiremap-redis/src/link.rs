@@ -106,6 +106,9 @@ pub(crate) enum Op<K, V> {
         ttl: Duration,
         sent: u64,
         tx: Reply<bool>,
+        /// In a `MULTI`: the error of a command the server refused to
+        /// queue (a cluster's `MOVED`), which the `EXECABORT` stands for.
+        aborted: Option<Error>,
     },
     Del {
         key: K,
@@ -164,9 +167,9 @@ impl<K, V> Op<K, V> {
 }
 
 /// The live connection: its write half and the calls waiting on it.
-struct Conn<K, V> {
+pub(crate) struct Conn<K, V> {
     stream: WriteHalf,
-    pending: VecDeque<Op<K, V>>,
+    pub(crate) pending: VecDeque<Op<K, V>>,
     /// When the ping in flight was sent.
     ping_sent: Option<u64>,
     last_ping: u64,
@@ -429,6 +432,15 @@ where
         let (cmd, skipped) = if nx {
             set.arg("NX");
             (set.get_packed_command(), 0)
+        } else if asking {
+            // A slot in migration refuses a transaction over keys it lacks
+            // (`TRYAGAIN`): the lease's `DEL`, then the `SET` (see `lease`).
+            let mut cmd = redis::cmd("DEL")
+                .arg(lease::name_of(&name))
+                .get_packed_command();
+            cmd.extend(b"*1\r\n$6\r\nASKING\r\n");
+            cmd.extend(set.get_packed_command());
+            (cmd, 2)
         } else {
             // Voids the key's lease, atomically (see `lease`: no script).
             let mut cmd = redis::cmd("MULTI").get_packed_command();
@@ -447,6 +459,7 @@ where
             ttl,
             sent,
             tx,
+            aborted: None,
         })
     }
 
@@ -470,7 +483,7 @@ where
 
     /// Stores a near copy whose Redis key had `ttl` left (`None`: no
     /// expiry) when the command was sent at `sent`.
-    fn store(&self, key: K, value: V, sent: u64, ttl: Option<Duration>) {
+    pub(crate) fn store(&self, key: K, value: V, sent: u64, ttl: Option<Duration>) {
         let elapsed = Duration::from_nanos(self.clock.now().saturating_sub(sent));
         let left = match ttl {
             Some(t) => t.saturating_sub(elapsed + SLACK),
@@ -508,10 +521,20 @@ where
 
     fn apply(&self, op: Op<K, V>, reply: Value) {
         if let Value::ServerError(e) = reply {
+            let e = Error::Server(server_error(&e));
             if let Some(k) = op.key() {
                 self.near.remove(k);
             }
-            return op.fail(Error::Server(server_error(&e)));
+            return match op {
+                // A command of a `MULTI` not queued: its `EXEC` fails with this.
+                Op::Asking => self.queue_refused(e),
+                Op::Set {
+                    aborted: Some(first),
+                    tx,
+                    ..
+                } => tx.send(Err(first)),
+                op => op.fail(e),
+            };
         }
         match op {
             Op::Asking => {}
@@ -534,6 +557,7 @@ where
                 ttl,
                 sent,
                 tx,
+                ..
             } => {
                 let r = match reply {
                     Value::Array(a) if matches!(a.first(), Some(Value::Okay)) => {
@@ -571,48 +595,6 @@ where
                     other => Err(Error::Protocol(format!("GETDEL answered {other:?}"))),
                 };
                 tx.send(r);
-            }
-        }
-    }
-
-    pub(crate) fn fetched(&self, key: K, sent: u64, reply: Value) -> Result<Option<V>, Error> {
-        let bad = |what: &Value| Error::Protocol(format!("fetch script answered {what:?}"));
-        let Value::Array(items) = &reply else {
-            self.near.remove(&key);
-            return Err(bad(&reply));
-        };
-        let (value, pttl) = match items.as_slice() {
-            [v, Value::Int(pttl)] => (v, *pttl),
-            _ => {
-                self.near.remove(&key);
-                return Err(bad(&reply));
-            }
-        };
-        match value {
-            Value::BulkString(bytes) => match codec::decode_value::<V>(bytes) {
-                Ok(v) => {
-                    let ttl = match pttl {
-                        -1 => None,
-                        ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
-                        // Gone between GET and PTTL cannot happen in a script;
-                        // keep no copy if it does.
-                        _ => Some(Duration::ZERO),
-                    };
-                    self.store(key, v.clone(), sent, ttl);
-                    Ok(Some(v))
-                }
-                Err(e) => {
-                    self.near.remove(&key);
-                    Err(e.into())
-                }
-            },
-            Value::Nil | Value::Boolean(false) => {
-                self.near.remove(&key);
-                Ok(None)
-            }
-            _ => {
-                self.near.remove(&key);
-                Err(bad(&reply))
             }
         }
     }
@@ -854,7 +836,7 @@ where
 }
 
 impl<K, V> Shared<K, V> {
-    fn link(&self) -> MutexGuard<'_, Option<Conn<K, V>>> {
+    pub(crate) fn link(&self) -> MutexGuard<'_, Option<Conn<K, V>>> {
         self.link.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
