@@ -36,8 +36,8 @@
 //! # Expiration semantics
 //!
 //! * An entry put at time `t` with TTL `d` has deadline `t + d` and is visible
-//!   while `now <= deadline` (inclusive). Reads (`get`, `get_with_ttl`, `ttl`,
-//!   `contains_key`) compare the exact deadline: an entry past it is invisible
+//!   while `now <= deadline` (inclusive). Reads (`get`, `get_many`,
+//!   `get_with_ttl`, `ttl`, `contains_key`) compare the exact deadline: an entry past it is invisible
 //!   even before it is evicted. Only [`len`](ExpireMap::len) counts such
 //!   entries.
 //! * `put` overwrites value and deadline and returns the previous *live*
@@ -250,8 +250,9 @@
 //!
 //! Keys are hashed before any lock is taken. While a shard lock is held the
 //! only user code that runs is `Eq` (inside a lookup, and to find a key's
-//! load or update in flight), `V::clone` (in `get`, `get_with_ttl`,
-//! `update`'s read, a loading call's second look, `iter`, `retain`, and
+//! load or update in flight), `V::clone` (in `get`, `get_many`,
+//! `get_with_ttl`, `update`'s read, a loading call's second look (bulk
+//! loads' too), `iter`, `retain`, and
 //! `put_if_absent` when the key is live), `K::clone` (in `iter`, `keys`
 //! and `retain`) and a
 //! user [`Clock`]'s `now` (the time is read
@@ -285,10 +286,13 @@
 //! the language's own: a value a call returns is leaked if a local of the
 //! caller panics in `Drop` during the return (rust-lang/rust#47949).
 //!
-//! A `get_or_insert_with` whose `init` asks for its own key, an `update`
+//! A `get_or_insert_with` whose `init` asks for its own key (or a
+//! `get_many_with` whose `load` asks for one of its keys), an `update`
 //! whose `f` writes its own key, and a cycle of loads or updates each
 //! waiting for another's key (across threads and maps) would wait for ever:
-//! they panic instead, naming the threads.
+//! they panic instead, naming the threads. `get_many_with` panics, naming
+//! the key's position, when its `load` leaves out a key it was asked for
+//! (`try_get_many_with` returns `BulkError::Missing`).
 //! [`Builder::build`] panics on invalid settings ([`Builder::try_build`]
 //! returns the error instead).
 //!
@@ -318,7 +322,7 @@ struct ReadmeDoctests;
 pub use broadcast::{RecvError, RecvTimeoutError, SubscribeError, TryRecvError};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use map::{
-    BuildError, Builder, Cause, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
+    BuildError, Builder, BulkError, Cause, DEFAULT_EVENT_CAPACITY, DEFAULT_EVICTION_INTERVAL,
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, Event, ExpireIf, ExpireMap, Expiry, Iter, Keys,
     MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS, MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL,
     MIN_PRECISION, Refused, Stats, Subscriber, Update,

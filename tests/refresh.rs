@@ -162,11 +162,21 @@ fn other_callers_get_the_current_value_while_a_reload_runs() {
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A spawner that keeps the reloads for the test to run (or drop).
-fn queued() -> (Arc<Mutex<Vec<Task>>>, impl Fn(Task) + Send + Sync + 'static) {
-    let queue = Arc::new(Mutex::new(Vec::new()));
+/// The reloads a queueing spawner was handed, for the test to run (or drop).
+type Queue = Arc<Mutex<Vec<Task>>>;
+
+/// [`refreshing`] with a spawner that queues each reload.
+fn queued(clock: &ManualClock) -> (Queue, ExpireMap<u32, u32>) {
+    let queue: Queue = Arc::new(Mutex::new(Vec::new()));
     let q = queue.clone();
-    (queue, move |task| q.lock().unwrap().push(task))
+    let map = ExpireMap::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .time_to_live(60 * SEC)
+        .refresh_after(45 * SEC)
+        .refresh_spawner(move |task| q.lock().unwrap().push(task))
+        .build();
+    (queue, map)
 }
 
 fn run(task: Task) {
@@ -179,14 +189,7 @@ fn run(task: Task) {
 #[test]
 fn with_a_spawner_the_caller_returns_before_the_reload_runs() {
     let clock = ManualClock::new();
-    let (queue, spawn) = queued();
-    let map: ExpireMap<u32, u32> = ExpireMap::builder()
-        .clock(clock.clone())
-        .background_eviction(false)
-        .time_to_live(60 * SEC)
-        .refresh_after(45 * SEC)
-        .refresh_spawner(spawn)
-        .build();
+    let (queue, map) = queued(&clock);
     let loads = Arc::new(AtomicUsize::new(0));
     map.get_with(1, || 10);
     clock.advance(46 * SEC);
@@ -218,14 +221,7 @@ fn with_a_spawner_the_caller_returns_before_the_reload_runs() {
 #[test]
 fn a_reload_the_spawner_drops_ends_its_flight() {
     let clock = ManualClock::new();
-    let (queue, spawn) = queued();
-    let map: ExpireMap<u32, u32> = ExpireMap::builder()
-        .clock(clock.clone())
-        .background_eviction(false)
-        .time_to_live(60 * SEC)
-        .refresh_after(45 * SEC)
-        .refresh_spawner(spawn)
-        .build();
+    let (queue, map) = queued(&clock);
     map.get_with(1, || 10);
     clock.advance(46 * SEC);
     assert_eq!(map.get_with(1, || 11), 10);
@@ -243,14 +239,7 @@ fn a_caller_that_misses_during_a_reload_gets_its_value() {
     // The entry expires while its reload runs: a caller that misses waits
     // for the reload (single flight) instead of loading again.
     let clock = ManualClock::new();
-    let (queue, spawn) = queued();
-    let map: ExpireMap<u32, u32> = ExpireMap::builder()
-        .clock(clock.clone())
-        .background_eviction(false)
-        .time_to_live(60 * SEC)
-        .refresh_after(45 * SEC)
-        .refresh_spawner(spawn)
-        .build();
+    let (queue, map) = queued(&clock);
     map.get_with(1, || 10);
     clock.advance(46 * SEC);
     assert_eq!(map.get_with(1, || 11), 10);
@@ -314,4 +303,42 @@ fn refresh_after_zero_is_rejected() {
         .try_build();
     let e = r.unwrap_err();
     assert!(e.to_string().contains("refresh_after"), "{e}");
+}
+
+/// A policy that reads the TTL from the value (0: expired already).
+struct FromValue;
+
+impl expiremap::Expiry<u32, u32> for FromValue {
+    fn expire_after_create(&self, _: &u32, v: &u32) -> Option<Duration> {
+        Some(Duration::from_secs(u64::from(*v)))
+    }
+}
+
+#[test]
+fn a_reload_is_timed_as_a_new_entry_and_a_zero_expires_the_old_one() {
+    let clock = ManualClock::new();
+    let map: ExpireMap<u32, u32> = ExpireMap::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .expire_after(FromValue)
+        .refresh_after(10 * SEC)
+        .build();
+    let mut events = map.subscribe().unwrap();
+    assert_eq!(map.get_with(1, || 30), 30);
+    clock.advance(11 * SEC);
+    assert_eq!(map.get_with(1, || 40), 30);
+    assert_eq!(
+        map.ttl(&1),
+        Some(40 * SEC),
+        "the reload's own TTL, from now"
+    );
+    clock.advance(11 * SEC);
+    // The policy says the reloaded value has expired already: the old one goes.
+    assert_eq!(map.get_with(1, || 0), 40);
+    assert_eq!(map.get(&1), None);
+    let e = events.try_recv().unwrap();
+    assert_eq!(
+        (e.key, e.value, e.cause),
+        (1, 40, expiremap::Cause::Expired)
+    );
 }

@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! cargo bench --bench refresh_ahead
-//! REFRESH_SECS=3 REFRESH_THREADS=4 REFRESH_KEYS=32 cargo bench --bench refresh_ahead
+//! REFRESH_SECS=3 REFRESH_THREADS=2 REFRESH_KEYS=32 cargo bench --bench refresh_ahead
 //! ```
 
 use expiremap::ExpireMap;
@@ -128,7 +128,7 @@ fn main() {
         return;
     }
     let secs = env("REFRESH_SECS", 3);
-    let threads = env("REFRESH_THREADS", 4);
+    let threads = env("REFRESH_THREADS", 2);
     let keys = env("REFRESH_KEYS", 32);
     println!(
         "{threads} readers, {keys} hot keys, TTL {TTL:?}, a {LOAD:?} loader, {secs} s per mode"

@@ -295,9 +295,9 @@ impl<K, V, S> Builder<K, V, S> {
     }
 
     /// Entries also expire `d` after their last access: a write, or a read
-    /// by `get`, `get_with_ttl` or a loading hit (`ttl`, `contains_key`,
-    /// `expire` and the read of `update` are not accesses). Reads stay
-    /// exact against the effective deadline `min(write deadline, last
+    /// by `get`, `get_many`, `get_with_ttl` or a loading hit (`ttl`,
+    /// `contains_key`, `expire` and the read of `update` are not accesses).
+    /// Reads stay exact against the effective deadline `min(write deadline, last
     /// access + d)`, which `ttl` reports, and an idle entry leaves as
     /// [`Cause::Expired`](crate::Cause::Expired). A read records its access
     /// under the shard's read lock (an atomic maximum), and the eviction
@@ -305,9 +305,9 @@ impl<K, V, S> Builder<K, V, S> {
     /// evicting it. It costs 16 bytes per entry. A zero `d` is rejected;
     /// one too large to represent saturates.
     ///
-    /// A read of one key (`get`, `get_with_ttl`, `ttl`, `contains_key`, a
-    /// loading call, `update`'s read) that finds its entry expired by its
-    /// idle time alone removes it at once: its value leaves as `Expired`
+    /// A read of one key (`get`, each of `get_many`'s, `get_with_ttl`,
+    /// `ttl`, `contains_key`, a loading call, `update`'s read) that finds
+    /// its entry expired by its idle time alone removes it at once: its value leaves as `Expired`
     /// then, not at the next eviction pass (and is not counted in
     /// [`Stats::evicted`](crate::Stats::evicted)). The read takes the
     /// shard's write lock for that, which waits for the reads in flight: one
@@ -391,7 +391,9 @@ impl<K, V, S> Builder<K, V, S> {
     /// The reload's value replaces the entry unless a write of the key
     /// (`put`, `remove`, ...) came meanwhile, which wins; a reload that
     /// fails or panics keeps the current value, and a later call tries
-    /// again. Where the reload runs: see
+    /// again. A reload's value is timed as a new entry: the call's `ttl`,
+    /// or the map's own expiry's `expire_after_create` (a zero from it
+    /// expires the old value). Where the reload runs: see
     /// [`refresh_spawner`](Self::refresh_spawner). Plain reads (`get`) never
     /// refresh. [`Stats`](crate::Stats) counts reloads and their failures.
     /// 8 bytes per entry (the time of its last write), only in maps that

@@ -13,6 +13,7 @@
 //! always the one it computed from the entry it replaces.
 
 use super::ExpireMap;
+use super::flight;
 use super::shard::Door;
 use super::write::{NotStored, PutIf};
 use crate::clock::Time;
@@ -252,6 +253,25 @@ where
                 // the policy again about the entry there now.
                 Err(NotStored::Stale(k, v)) => (key, value) = (k, v),
             }
+        }
+    }
+
+    /// Removes `key`'s live entry as expired, unless a write touched the
+    /// key since `load` began (then that write stands): a load or reload
+    /// whose policy said zero.
+    pub(super) fn expire_untouched(&self, key: &K, load: &flight::Flight<K, V>) {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let (removed, now) = {
+            let (mut shard, now) = inner.write_key(hash, key, true);
+            if load.touched() {
+                return;
+            }
+            (shard.remove(hash, key, now), now)
+        };
+        if let Some(mut r) = removed {
+            r.door = Door::Expired;
+            inner.leave(r, now);
         }
     }
 

@@ -577,9 +577,13 @@ where
         match r {
             Ok(v) => {
                 // The map's expiry policy runs here, outside every lock.
+                let own = matches!(ttl, Ttl::Own);
                 let ttl = self.ttl_for_new(ttl, &key, &v);
                 if !ttl.is_zero() {
                     let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
+                } else if own {
+                    // The policy's zero: a live entry (a reload's) expires.
+                    self.expire_untouched(&key, &guard.flight);
                 }
                 guard.done(v.clone());
                 Ok(v)

@@ -35,6 +35,10 @@
 //! | `read` | the read path under the read lock, idle-expiry confirmation | `shard`, `Time` |
 //! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `shard`, `flight`, `doors` |
 //! | `load` | the loading surface (`get_or_insert_with` and kin, `update`) | `flight`, `write`, `read` |
+//! | `bulk` | `get_many`, `get_many_with` and kin: batches by shard, one load per batch | `read`, `load`, `flight` |
+//! | `get_with` | moka's loaders, with the map's own expiry | `load`, `refresh` |
+//! | `expiry` | the map's own expiry: `insert`, `try_insert`, `try_put` | `write`, `read` |
+//! | `refresh` | refresh ahead: the loaders' first look and their reloads | `flight`, `load` |
 //! | `flight` | a key's flights: registration, waits, the cycle check | the `Registry` it is given (the shard lock) |
 //! | `doors` | where values leave: event routing, `clear`, shutdown | `broadcast`, `unwind` |
 //! | `evictor` | the eviction thread: its wake-ups and passes | `shard`, `doors` |
@@ -46,6 +50,7 @@
 //! The clock adapter the map reads time through is `crate::clock::Time`.
 
 mod builder;
+mod bulk;
 mod doors;
 mod event;
 mod evictor;
@@ -67,6 +72,7 @@ pub use builder::{
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS,
     MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION,
 };
+pub use bulk::BulkError;
 pub use event::{Cause, Event, Subscriber};
 pub use expiry::{Expiry, Refused};
 pub use iter::{Iter, Keys};

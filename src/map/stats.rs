@@ -55,6 +55,13 @@ impl Reads {
         }
     }
 
+    /// Counts a batch of reads: `hits` hits and `misses` misses.
+    #[inline]
+    pub(crate) fn count_many(&self, hits: u64, misses: u64) {
+        self.hits.add(hits);
+        self.misses.add(misses);
+    }
+
     /// The totals: (hits, misses).
     pub(crate) fn totals(&self) -> (u64, u64) {
         (self.hits.total(), self.misses.total())
@@ -85,6 +92,14 @@ impl Tally {
         self.stripes[slot() & (self.stripes.len() - 1)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts `n` (nothing if 0).
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        if n != 0 {
+            self.stripes[slot() & (self.stripes.len() - 1)].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     /// The total.
     pub(crate) fn total(&self) -> u64 {
         self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
@@ -96,7 +111,8 @@ impl Tally {
 #[non_exhaustive]
 pub struct Stats {
     /// Reads that found a live value: `get`, `get_with_ttl`, and
-    /// `get_or_insert_with` hits. Counted only with
+    /// `get_or_insert_with` hits; each key of a `get_many` or
+    /// `get_many_with`. Counted only with
     /// [`Builder::record_stats`](super::Builder::record_stats); 0 otherwise.
     pub hits: u64,
     /// Reads that found no live value (a `get_or_insert_with` miss counts
