@@ -315,7 +315,10 @@ where
         if self.connected() {
             return Ok(());
         }
-        match lock(&self.last_error).clone() {
+        // The guard is dropped before `down` takes the lock again (a
+        // guard in a `match`'s scrutinee would live through its arms).
+        let last = lock(&self.last_error).clone();
+        match last {
             Some(e) => Err(Some(e)),
             None if self.closed() => Err(None),
             None => Err(Some(self.down())),
@@ -880,3 +883,6 @@ impl<F: FnMut()> Drop for OnDrop<F> {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;
