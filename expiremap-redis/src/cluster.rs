@@ -608,10 +608,13 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         }
     }
 
-    /// A call's connection error, naming the server it is about.
+    /// A call's error, naming the server it is about: a connection error,
+    /// and a server's error reply or unexpected reply (a cluster's
+    /// redirect is kept as the server wrote it, to be followed).
     fn at(&self, e: Error, link: &Shared<K, V>) -> Error {
         match e {
-            Error::Connection(_) => e.at(&link.cfg.node()),
+            Error::Connection(_) | Error::Protocol(_) => e.at(&link.cfg.node()),
+            Error::Server(_) if Redirect::parse(&e, "").is_none() => e.at(&link.cfg.node()),
             e => e,
         }
     }

@@ -18,25 +18,37 @@
 //!   [`LEASE`] again. Invalidations and replies come on one connection in
 //!   the server's order, so an invalidation sent after [`LEASE`] ran is
 //!   never missed; one sent before only wakes the caller early.
-//! * The holder stores with [`STORE`]: the value is written only if the
-//!   lease still holds its token, and the lease is deleted with it. A
-//!   `put` or `remove` of the key deletes the lease in the same script as
-//!   its write ([`REMOVE`], and `put`'s transaction), so a load that raced them is refused.
-//!   A holder whose load fails releases its lease ([`RELEASE`]).
-//! * `put` is a `MULTI`/`EXEC` (`SET`, `DEL` of the lease), not a script:
-//!   Redis sends a script's writes back to its own connection as
-//!   invalidations, `NOLOOP` or not, which would drop the near copy the
-//!   `put` just made. The holder's [`STORE`] is a script (it must compare
-//!   the token), so the holder's own near copy is dropped by its echo and
-//!   its next read goes to Redis once. In a Cluster slot in migration
-//!   (a `put` sent after an `ASK`) the transaction is refused
-//!   (`TRYAGAIN`), so the lease's `DEL` is sent first and the `SET` after
-//!   it: not atomic there, but a load can only land between the two, and
-//!   the `SET` overwrites it. The lease scripts on such a slot may fail
-//!   with `TRYAGAIN` (an `Error::Server`) until the migration ends.
+//! * The holder stores with one `MULTI`/`EXEC` ([`Shared::store_leased`]):
+//!   [`STAGE`] checks the token, deletes the lease and writes the value
+//!   under a staging name of its own ([`staging_of`]), then a plain
+//!   `RENAME` moves it onto the key; if the lease was void, [`STAGE`]
+//!   wrote nothing and the `RENAME` fails (`no such key`): refused. A
+//!   `put` or `remove` of the key deletes the lease atomically with its
+//!   write ([`REMOVE`], and `put`'s transaction), so a load that raced them
+//!   is refused. A holder whose load fails releases its lease
+//!   ([`RELEASE`]).
+//! * Why the holder's write and `put` are not plain scripts: Redis sends a
+//!   script's writes back to its own connection as invalidations,
+//!   `NOLOOP` or not (Redis 7.0: a script's writes are the script
+//!   client's, not the caller's), which would drop the near copy the write
+//!   just made, so the next read would go to Redis. A command of a
+//!   `MULTI`/`EXEC` is the caller's own: `NOLOOP` holds for the key's
+//!   `SET` (a `put`) and `RENAME` (the holder), and the near copy stays;
+//!   only the lease's and the staging name's invalidations come back, and
+//!   those name no key. The holder's near copy is then as any `put`'s. A
+//!   `remove`'s script does echo its key: it dropped that copy anyway.
+//! * In a Cluster slot in migration (a call sent after an `ASK`) a
+//!   transaction over keys the node lacks is refused (`TRYAGAIN`): a `put`
+//!   sends the lease's `DEL` first and the `SET` after it (not atomic
+//!   there, but a load can only land between the two, and the `SET`
+//!   overwrites it), and the holder stores with the one script [`STORE`]
+//!   (whose echo drops its near copy). The lease scripts on such a slot
+//!   may fail with `TRYAGAIN` (an `Error::Server`) until the migration
+//!   ends.
 
 use crate::error::Error;
 use crate::link::{self, Shared};
+use crate::op::{self, Op};
 use crate::reply::Receiver;
 use crate::slots::{crc16, slot};
 use crate::{CacheKey, CacheValue, NearCache, codec};
@@ -60,9 +72,19 @@ if v then return {v, redis.call('PTTL', KEYS[1])} end \
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {false, -3} end \
 return {false, redis.call('PTTL', KEYS[2])}";
 
-/// The lease holder's write: `KEYS` as [`LEASE`]; `ARGV[1]` the token,
-/// `ARGV[2]` the value, `ARGV[3]` its TTL in ms. 1 if stored, 0 if the
-/// lease was void (taken over, deleted by a write, or lapsed).
+/// The lease holder's write, first half (in a `MULTI`, before `RENAME
+/// staging key`): `KEYS[1]` the lease, `KEYS[2]` the staging name
+/// ([`staging_of`]); `ARGV[1]` the token, `ARGV[2]` the value, `ARGV[3]`
+/// its TTL in ms. If the lease holds the token: deletes it, writes the
+/// value under the staging name, 1. Else 0, and nothing is written (the
+/// lease was void: taken over, deleted by a write, or lapsed).
+pub(crate) const STAGE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+redis.call('DEL', KEYS[1]) redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) return 1 end \
+return 0";
+
+/// The lease holder's write in one script, in a Cluster slot in migration
+/// (where the `MULTI` of [`STAGE`] is refused): `KEYS` as [`LEASE`];
+/// `ARGV` as [`STAGE`]'s. 1 if stored, 0 if the lease was void.
 pub(crate) const STORE: &str = "if redis.call('GET', KEYS[2]) == ARGV[1] then \
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) redis.call('DEL', KEYS[2]) return 1 end \
 return 0";
@@ -126,31 +148,45 @@ fn tags() -> &'static [Box<[u8]>] {
 /// bytes does not decode as a key (an invalidation of a lease drops no
 /// near copy).
 pub(crate) fn name_of(name: &[u8]) -> Vec<u8> {
-    let want = slot(name);
     let mut lease = name.to_vec();
     lease.extend_from_slice(b":lease");
-    if slot(&lease) == want {
-        // The key has a hash tag, which the suffix keeps.
-        return lease;
+    in_slot(lease, slot(name))
+}
+
+/// Where the holder of `lease` (a name from [`name_of`]) with `token`
+/// stages its value: `lease:token`, in the lease's slot (so in its key's).
+/// Never a key's name either, nor another holder's (tokens are unique).
+pub(crate) fn staging_of(lease: &[u8], token: &str) -> Vec<u8> {
+    let mut staging = lease.to_vec();
+    staging.push(b':');
+    staging.extend_from_slice(token.as_bytes());
+    in_slot(staging, slot(lease))
+}
+
+/// `name`, with what it takes to hash to `want` appended if it does not.
+fn in_slot(mut name: Vec<u8>, want: u16) -> Vec<u8> {
+    if slot(&name) == want {
+        // A hash tag in `name`, which the suffix kept.
+        return name;
     }
     if !name.contains(&b'{') {
-        lease.push(b'{');
-        lease.extend_from_slice(&tags()[usize::from(want)]);
-        lease.push(b'}');
-        return lease;
+        name.push(b'{');
+        name.extend_from_slice(&tags()[usize::from(want)]);
+        name.push(b'}');
+        return name;
     }
     // A `{` without a usable tag: the slot depends on the whole suffix;
     // count until it matches (16,384 tries expected; CRC16 of a growing
     // counter reaches every slot).
-    let base = lease.len();
+    let base = name.len();
     for n in 0u64.. {
-        lease.truncate(base);
-        lease.extend_from_slice(format!(":{n}").as_bytes());
-        if slot(&lease) == want {
+        name.truncate(base);
+        name.extend_from_slice(format!(":{n}").as_bytes());
+        if slot(&name) == want {
             break;
         }
     }
-    lease
+    name
 }
 
 /// A token no other lease of any process has: 128 bits from the std
@@ -345,15 +381,16 @@ impl Future for Until<'_> {
 }
 
 impl<K: CacheKey, V: CacheValue> Shared<K, V> {
-    /// The first `MULTI` op waiting after a refused command keeps its error.
-    pub(crate) fn queue_refused(&self, e: Error) {
+    /// The first `MULTI` op waiting after a refused command keeps its
+    /// error, naming the op's step.
+    pub(crate) fn queue_refused(&self, e: &redis::ServerError) {
         if let Some(conn) = self.link().as_mut()
-            && let Some(link::Op::Set { aborted, .. }) = conn
+            && let Some(Op::Set { aborted, step, .. }) = conn
                 .pending
                 .iter_mut()
-                .find(|op| matches!(op, link::Op::Set { .. }))
+                .find(|op| matches!(op, Op::Set { .. }))
         {
-            aborted.get_or_insert(e);
+            aborted.get_or_insert_with(|| op::at_step(e, step));
         }
     }
 
@@ -430,15 +467,17 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
             .arg(token)
             .arg(ms)
             .get_packed_command();
-        self.call(&cmd, asking, |sent, tx| link::Op::Lease {
+        self.call(&cmd, asking, |sent, tx| Op::Lease {
             key: key.clone(),
             sent,
             tx,
         })
     }
 
-    /// [`STORE`]: `value` lands only while `token` holds the lease;
-    /// `Ok(false)` if the lease was void.
+    /// The holder's store: `value` lands only while `token` holds the
+    /// lease; `Ok(false)` if the lease was void. A `MULTI` of [`STAGE`]
+    /// and `RENAME staging key`, whose write of the key `NOLOOP` keeps from
+    /// echoing (see the module docs); [`STORE`] after an `ASK`.
     pub(crate) fn store_leased(
         &self,
         key: K,
@@ -451,18 +490,35 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
         let lease = name_of(&name);
         let bytes = codec::encode_value(&value)?;
         let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, link::MAX_PX_MS) as u64;
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(STORE).arg(2).arg(name).arg(lease);
-        cmd.arg(token).arg(bytes).arg(ms);
-        self.call(&cmd.get_packed_command(), asking, |sent, tx| {
-            link::Op::Set {
-                key,
-                value,
-                ttl,
-                sent,
-                tx,
-                aborted: None,
-            }
+        let (cmd, skipped, step) = if asking {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(STORE).arg(2).arg(name).arg(lease);
+            cmd.arg(token).arg(bytes).arg(ms);
+            (cmd.get_packed_command(), 0, op::LEASE_STORE_ASKING)
+        } else {
+            let staging = staging_of(&lease, token);
+            let mut stage = redis::cmd("EVAL");
+            stage.arg(STAGE).arg(2).arg(lease).arg(&staging);
+            stage.arg(token).arg(bytes).arg(ms);
+            let mut cmd = redis::cmd("MULTI").get_packed_command();
+            cmd.extend(stage.get_packed_command());
+            cmd.extend(
+                redis::cmd("RENAME")
+                    .arg(staging)
+                    .arg(name)
+                    .get_packed_command(),
+            );
+            cmd.extend(redis::cmd("EXEC").get_packed_command());
+            (cmd, 3, op::LEASE_STORE)
+        };
+        self.call_after(&cmd, asking, skipped, |sent, tx| Op::Set {
+            key,
+            value,
+            ttl,
+            sent,
+            tx,
+            step,
+            aborted: None,
         })
     }
 
@@ -480,7 +536,7 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
             .arg(name_of(&name))
             .arg(token)
             .get_packed_command();
-        self.call(&cmd, asking, |_, tx| link::Op::Release { tx })
+        self.call(&cmd, asking, |_, tx| Op::Release { tx })
     }
 
     /// The reply of [`LEASE`].
@@ -582,7 +638,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lease_shares_its_keys_slot_and_never_names_a_key() {
+    fn a_lease_and_its_staging_share_the_keys_slot_and_never_name_a_key() {
         for n in [
             &b"p:\x03abc"[..],
             b"p:{user1}x",
@@ -594,6 +650,11 @@ mod tests {
             let l = name_of(n);
             assert_eq!(slot(&l), slot(n), "{:?}", String::from_utf8_lossy(&l));
             assert!(l.starts_with(n) && l.len() > n.len());
+            let t = token();
+            let st = staging_of(&l, &t);
+            assert_eq!(slot(&st), slot(n), "{:?}", String::from_utf8_lossy(&st));
+            assert!(st.starts_with(&l) && st.len() > l.len());
+            assert_ne!(st, staging_of(&l, &token()));
         }
         assert_ne!(token(), token());
     }

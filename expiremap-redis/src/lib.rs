@@ -233,8 +233,11 @@
 //!   lease given back or expired), or for the lease's time left, whichever
 //!   comes first; then it reads again, and takes the lease if it is free.
 //!   No polling: a waiter sends nothing while it waits.
-//! * The holder's value is stored only while its lease is valid (a script
-//!   that compares the token, then sets the value and deletes the lease).
+//! * The holder's value is stored only while its lease is valid: one
+//!   `MULTI`/`EXEC` of a script that compares the token, deletes the lease
+//!   and stages the value under a name of its own, and a `RENAME` of that
+//!   onto the key (which fails if nothing was staged). The holder keeps a
+//!   near copy of its value, as a `put` does.
 //!   A `put` or `remove` of the key by any cache deletes the lease
 //!   atomically with its write, so a load that started before it never
 //!   lands after it: no old value over a newer `put`, no removed key
@@ -251,11 +254,14 @@
 //! 8.00 loads per expiry with 8 processes, on one server and on a 3-primary
 //! cluster), and no stale set. What it costs: the same round trips as
 //! without it on a miss (the lease is taken by the miss's read and ended by
-//! the store), two scripts instead of `GET`/`SET NX`, measured at about
-//! 13–25 µs more per loaded miss; `put` is a `MULTI`/`EXEC` and `remove` a
-//! script (one round trip each, as before). The holder's own near copy is
-//! dropped right after its store (Redis echoes a script's writes to its
-//! own connection despite `NOLOOP`), so its next read goes to Redis once.
+//! the store), a script and a `MULTI`/`EXEC` instead of `GET`/`SET NX`
+//! (measured at about 13–25 µs more per loaded miss with the store as one
+//! script); `put` is a `MULTI`/`EXEC` and `remove` a script (one round
+//! trip each, as before). Not a plain script for the writes that keep a
+//! near copy: Redis sends a script's writes back to its own connection as
+//! invalidations, `NOLOOP` or not, which would drop that copy. In a
+//! Cluster slot in migration the holder stores with one script, and its
+//! near copy is dropped after the store (its next read goes to Redis).
 //!
 //! What the lease TTL should be: longer than your slowest load (a few
 //! times its p99.9), since a load that outlives its lease is done twice;
@@ -384,6 +390,7 @@ mod expirations;
 mod lease;
 mod link;
 mod nonblocking;
+mod op;
 mod prefix;
 mod reply;
 mod slots;

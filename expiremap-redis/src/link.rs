@@ -46,9 +46,10 @@
 //!   on which.
 
 use crate::codec;
-use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_error, server_major};
+use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
 use crate::error::Error;
-use crate::lease::{self, Leased};
+use crate::lease;
+use crate::op::{self, Op, Reply};
 use crate::reply::{self, Receiver};
 use crate::wire::{ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
@@ -90,81 +91,6 @@ const FIRST_ATTEMPT_WAIT: u32 = 4;
 
 /// Most time between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
-
-pub(crate) type Reply<T> = reply::Sender<T>;
-
-/// A command in flight, waiting for its reply.
-pub(crate) enum Op<K, V> {
-    Fetch {
-        key: K,
-        sent: u64,
-        tx: Reply<Option<V>>,
-    },
-    Set {
-        key: K,
-        value: V,
-        ttl: Duration,
-        sent: u64,
-        tx: Reply<bool>,
-        /// In a `MULTI`: the error of a command the server refused to
-        /// queue (a cluster's `MOVED`), which the `EXECABORT` stands for.
-        aborted: Option<Error>,
-    },
-    Del {
-        key: K,
-        tx: Reply<Option<V>>,
-    },
-    /// [`lease::LEASE`]: the value, or the lease, or how long it is held.
-    Lease {
-        key: K,
-        sent: u64,
-        tx: Reply<Leased<V>>,
-    },
-    /// [`lease::RELEASE`].
-    Release {
-        tx: Reply<()>,
-    },
-    Ping {
-        sent: u64,
-    },
-    /// `ASKING`, sent before a command redirected by an `ASK` (a cluster's
-    /// slot in migration); its reply is dropped.
-    Asking,
-}
-
-impl<K, V> Op<K, V> {
-    fn key(&self) -> Option<&K> {
-        match self {
-            Op::Fetch { key, .. }
-            | Op::Set { key, .. }
-            | Op::Del { key, .. }
-            | Op::Lease { key, .. } => Some(key),
-            Op::Ping { .. } | Op::Asking | Op::Release { .. } => None,
-        }
-    }
-
-    fn fail(self, e: Error) {
-        match self {
-            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.send(Err(e)),
-            Op::Set { tx, .. } => tx.send(Err(e)),
-            Op::Lease { tx, .. } => tx.send(Err(e)),
-            Op::Release { tx } => tx.send(Err(e)),
-            Op::Ping { .. } | Op::Asking => {}
-        }
-    }
-
-    /// The waker of an awaited call past its deadline (see
-    /// [`reply::Sender::expire`]).
-    fn expire(&self, now: Instant) -> Option<Waker> {
-        match self {
-            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.expire(now),
-            Op::Set { tx, .. } => tx.expire(now),
-            Op::Lease { tx, .. } => tx.expire(now),
-            Op::Release { tx } => tx.expire(now),
-            Op::Ping { .. } | Op::Asking => None,
-        }
-    }
-}
 
 /// The live connection: its write half and the calls waiting on it.
 pub(crate) struct Conn<K, V> {
@@ -367,7 +293,7 @@ where
     }
 
     /// [`call`](Self::call) for `skipped + 1` commands (`MULTI`...`EXEC`).
-    fn call_after<T>(
+    pub(crate) fn call_after<T>(
         &self,
         cmd: &[u8],
         asking: bool,
@@ -432,9 +358,9 @@ where
         let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS);
         let mut set = redis::cmd("SET");
         set.arg(&name).arg(bytes).arg("PX").arg(ms as u64);
-        let (cmd, skipped) = if nx {
+        let (cmd, skipped, step) = if nx {
             set.arg("NX");
-            (set.get_packed_command(), 0)
+            (set.get_packed_command(), 0, op::PUT_NX)
         } else if asking {
             // A slot in migration refuses a transaction over keys it lacks
             // (`TRYAGAIN`): the lease's `DEL`, then the `SET` (see `lease`).
@@ -443,7 +369,7 @@ where
                 .get_packed_command();
             cmd.extend(b"*1\r\n$6\r\nASKING\r\n");
             cmd.extend(set.get_packed_command());
-            (cmd, 2)
+            (cmd, 2, op::PUT_ASKING)
         } else {
             // Voids the key's lease, atomically (see `lease`: no script).
             let mut cmd = redis::cmd("MULTI").get_packed_command();
@@ -454,7 +380,7 @@ where
                     .get_packed_command(),
             );
             cmd.extend(redis::cmd("EXEC").get_packed_command());
-            (cmd, 3)
+            (cmd, 3, op::PUT)
         };
         self.call_after(&cmd, asking, skipped, |sent, tx| Op::Set {
             key,
@@ -462,6 +388,7 @@ where
             ttl,
             sent,
             tx,
+            step,
             aborted: None,
         })
     }
@@ -524,19 +451,21 @@ where
 
     fn apply(&self, op: Op<K, V>, reply: Value) {
         if let Value::ServerError(e) = reply {
-            let e = Error::Server(server_error(&e));
             if let Some(k) = op.key() {
                 self.near.remove(k);
             }
             return match op {
                 // A command of a `MULTI` not queued: its `EXEC` fails with this.
-                Op::Asking => self.queue_refused(e),
+                Op::Asking => self.queue_refused(&e),
                 Op::Set {
                     aborted: Some(first),
                     tx,
                     ..
                 } => tx.send(Err(first)),
-                op => op.fail(e),
+                op => {
+                    let e = op::at_step(&e, op.step());
+                    op.fail(e);
+                }
             };
         }
         match op {
@@ -560,30 +489,18 @@ where
                 ttl,
                 sent,
                 tx,
+                step,
                 ..
             } => {
-                let r = match reply {
-                    Value::Array(a) if matches!(a.first(), Some(Value::Okay)) => {
+                let r = op::written(reply, step);
+                match r {
+                    Ok(true) => {
                         self.wake_key(&key);
                         self.store(key, value, sent, Some(ttl));
-                        Ok(true)
                     }
-                    Value::Okay | Value::Int(1) => {
-                        self.wake_key(&key);
-                        self.store(key, value, sent, Some(ttl));
-                        Ok(true)
-                    }
-                    Value::SimpleString(s) if s == "OK" => {
-                        self.wake_key(&key);
-                        self.store(key, value, sent, Some(ttl));
-                        Ok(true)
-                    }
-                    Value::Nil | Value::Int(0) => Ok(false),
-                    other => {
-                        self.near.remove(&key);
-                        Err(Error::Protocol(format!("SET answered {other:?}")))
-                    }
-                };
+                    Ok(false) => {}
+                    Err(_) => drop(self.near.remove(&key)),
+                }
                 tx.send(r);
             }
             Op::Del { key, tx } => {

@@ -232,8 +232,7 @@ async fn a_dropped_leader_hands_the_load_to_a_waiter() {
     // The leader timed out (or, on a machine so slow that the waiter led
     // first, read the waiter's value).
     assert!(matches!(l, Err(_) | Ok(Ok(5))), "{l:?}");
-    // Stored in Redis. (The loader's own near copy is dropped by the echo
-    // of its lease-checked store, a script; the next read keeps one.)
+    // Stored in Redis, and near.
     assert_eq!(a.get_async(&k).await.unwrap(), Some(5));
     assert_eq!(a.peek_near(&k), Some(5));
 }

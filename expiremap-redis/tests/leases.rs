@@ -320,3 +320,109 @@ fn over_a_cluster_one_load_per_hot_key_and_no_stale_set() {
         );
     }
 }
+
+/// How many reads (`EVAL_RO` of a miss) the server has run.
+fn reads(s: &Server) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut s.raw())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_eval_ro:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// The lease holder keeps a near copy of what it stored, as a `put` does:
+/// its next read is a near hit, not a read from Redis. (A store by one
+/// script came back to its own connection as an invalidation, `NOLOOP`
+/// or not, and dropped the copy.) Another process's waiters and copies
+/// still hear of the store.
+#[test]
+fn the_holders_near_copy_outlives_its_store_as_a_puts_does() {
+    let s = Server::start();
+    let a = single(&s, "own:", HOUR);
+    let b = single(&s, "own:", HOUR);
+    let (k, p, other) = ("k".to_string(), "p".to_string(), "other".to_string());
+    assert_eq!(a.get_or_insert_with(k.clone(), HOUR, || 5).unwrap(), 5);
+    a.put(p.clone(), 6, HOUR).unwrap();
+    // A round trip after both writes: its reply comes after any
+    // invalidation they sent this connection.
+    assert_eq!(a.get(&other).unwrap(), None);
+    let before = reads(&s);
+    assert_eq!(a.peek_near(&k), Some(5), "the holder's copy was dropped");
+    assert_eq!(a.get(&k).unwrap(), Some(5));
+    assert_eq!(a.peek_near(&p), Some(6), "the put's copy was dropped");
+    assert_eq!(a.get(&p).unwrap(), Some(6));
+    assert_eq!(
+        reads(&s),
+        before,
+        "a read of a just-written key went to Redis"
+    );
+    // The other process: reads the stored value, and a later store by A
+    // drops its copy (A removes, then loads again).
+    assert_eq!(b.get(&k).unwrap(), Some(5));
+    a.remove(&k).unwrap();
+    eventually("B's copy dropped by the remove", || {
+        b.peek_near(&k).is_none().then_some(())
+    });
+    assert_eq!(b.get(&k).unwrap(), None);
+    assert_eq!(a.get_or_insert_with(k.clone(), HOUR, || 7).unwrap(), 7);
+    assert_eq!(b.get(&k).unwrap(), Some(7));
+    assert_eq!(a.get(&other).unwrap(), None);
+    assert_eq!(a.peek_near(&k), Some(7));
+}
+
+/// A server error of each step of a lease names the node and the step,
+/// as connection errors do: users whose ACL refuses a command.
+#[test]
+fn server_errors_of_the_lease_steps_name_the_node_and_the_step() {
+    let user = |name: &'static str, minus: &'static str| {
+        ["--user", name, "on", ">pw", "~*", "&*", "+@all", minus]
+    };
+    let args: Vec<&str> = [
+        user("noeval", "-eval"),
+        user("norename", "-rename"),
+        user("nodel", "-del"),
+    ]
+    .concat();
+    let s = Server::start_with(&args);
+    let node = format!("server 127.0.0.1:{}", s.port);
+    let as_user = |name: &str| -> Cache {
+        NearCache::builder(format!("redis://{name}:pw@127.0.0.1:{}", s.port))
+            .prefix("acl:")
+            .build()
+            .expect("connect")
+    };
+    let says = |e: expiremap_redis::Error, step: &str, cmd: &str| {
+        let m = e.to_string();
+        assert!(
+            m.contains(&node) && m.contains(step) && m.contains("NOPERM") && m.contains(cmd),
+            "{m}"
+        );
+    };
+    let k = "k".to_string();
+    let noeval = as_user("noeval");
+    says(
+        noeval
+            .get_or_insert_with(k.clone(), HOUR, || 1)
+            .unwrap_err(),
+        "lease take (script)",
+        "'eval'",
+    );
+    says(noeval.remove(&k).unwrap_err(), "remove (script)", "'eval'");
+    let norename = as_user("norename");
+    says(
+        norename
+            .get_or_insert_with(k.clone(), HOUR, || 1)
+            .unwrap_err(),
+        "lease store (MULTI/EXEC)",
+        "'rename'",
+    );
+    let nodel = as_user("nodel");
+    says(
+        nodel.put(k.clone(), 1, HOUR).unwrap_err(),
+        "put (MULTI/EXEC)",
+        "'del'",
+    );
+}
