@@ -15,9 +15,7 @@
 //!   lease (the holder's write, a `put`, a `remove`, a released or expired
 //!   lease), which the connection's reader hands to [`Waiters::wake`], or
 //!   for the lease's remaining time, whichever comes first; then it runs
-//!   [`LEASE`] again. Invalidations and replies come on one connection in
-//!   the server's order, so an invalidation sent after [`LEASE`] ran is
-//!   never missed; one sent before only wakes the caller early.
+//!   [`LEASE`] again (see *Why no wake-up is lost*).
 //! * The holder stores with one `MULTI`/`EXEC` ([`Shared::store_leased`]):
 //!   [`STAGE`] checks the token, deletes the lease and writes the value
 //!   under a staging name of its own ([`staging_of`]), then a plain
@@ -45,6 +43,64 @@
 //!   (whose echo drops its near copy). The lease scripts on such a slot
 //!   may fail with `TRYAGAIN` (an `Error::Server`) until the migration
 //!   ends.
+//!
+//! # Why no wake-up is lost
+//!
+//! A waiter `W` (a caller that found the lease held) is ended by a wake
+//! from the reader `R` of the key's link, or by its deadline. The claim:
+//! once [`LEASE`] has answered "held", the write that ends that lease
+//! wakes `W`, and without that write `W` waits at most the lease's time
+//! left (and a millisecond).
+//!
+//! 1. **Register, then send.** `W` puts a fresh [`Wait`] on the key's name
+//!    and the lease's in the [`Waiters`] table (under the table's mutex,
+//!    raising `count` before it releases it), and only then sends
+//!    [`LEASE`]: under the link's mutex it writes the command and queues
+//!    its op (`Shared::call`). Every retry registers a new `Wait` before
+//!    its own [`LEASE`]; a wake of an earlier round never counts for it.
+//! 2. **The reply orders the reader after the registration.** `R` pops
+//!    `W`'s op under the link's mutex when [`LEASE`]'s reply comes, after
+//!    `W` released that mutex: `W`'s registration happens-before
+//!    everything `R` does from then on.
+//! 3. **The ending write is read after that reply.** "Held" means the
+//!    lease key existed when [`LEASE`] ran. Whatever ends it (the holder's
+//!    store, a `put`, a `remove`, a release, the lease key's expiry or
+//!    eviction, a flush) runs on the server after that, and the server
+//!    sends its invalidation after [`LEASE`]'s reply on the one
+//!    connection, in order. `R` applies pushes and replies one by one, so
+//!    it reads that invalidation after the pop of 2 and calls
+//!    [`Waiters::wake`] with the name: it loads `count` (non-zero: 1 and
+//!    2) and takes the table's mutex, where `W`'s `Wait` is. This
+//!    process's own writes of the key are not echoed where they are plain
+//!    commands (`NOLOOP`: a `put`'s `SET`, the holder's `RENAME`); for
+//!    every own write `R` wakes the key's name itself when it applies the
+//!    reply (`Shared::wake_key`), which also comes after [`LEASE`]'s
+//!    reply. On a Cluster, the key's writes and [`LEASE`] go to the node
+//!    of its slot, on one link; a write that lands elsewhere while the
+//!    slot moves ends the wait only by step 5. An invalidation sent before
+//!    [`LEASE`] ran only wakes `W` early: it runs [`LEASE`] again.
+//! 4. **The wake reaches the sleeper.** [`Wait`]'s wake stores `woken`
+//!    (release), then takes the stored waker under the wait's mutex, then
+//!    unparks `W`'s thread and wakes the waker. A blocking `W`
+//!    ([`Registered::block`]) tests `woken` (acquire) before every park,
+//!    and an unpark that comes first makes the next park return at once.
+//!    An async `W` ([`Until`]) tests `woken` and stores its waker under
+//!    the wait's mutex: if the poll takes the mutex first, the wake finds
+//!    its waker; if the wake does, the poll finds `woken`.
+//! 5. **Without an ending write**: a blocking `W` parks at most until its
+//!    deadline (the lease's time left, [`patience`]); an async `W` has
+//!    its deadline set before its first poll, and every link's supervisor
+//!    calls [`Waiters::expire`] each tick, which wakes the waits past
+//!    theirs. A lost connection (`Shared::reader_ended`) and a flush wake
+//!    every wait: their invalidations may have been missed.
+//!
+//! The wait machinery ([`wait`]) is written against a small shim
+//! ([`sync`]); `loom-tests/tests/lease.rs` runs that very file over loom's
+//! primitives (register, send, pop and wake, for blocking and async
+//! waiters, a lost connection, and a wake racing a deregistration), with
+//! a clock that never reaches a deadline, so that a lost wake-up is a
+//! deadlock report. The network is not modelled: steps 2 and 3 stand for
+//! it, as the link's queue of ops under its mutex.
 
 use crate::error::Error;
 use crate::link::{self, Shared};
@@ -53,15 +109,26 @@ use crate::reply::Receiver;
 use crate::slots::{crc16, slot};
 use crate::{CacheKey, CacheValue, NearCache, codec};
 use redis::Value;
-use std::collections::HashMap;
-use std::future::Future;
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::task::{Context, Poll, Waker};
-use std::thread::{self, Thread};
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+mod wait;
+
+pub(crate) use wait::Waiters;
+#[cfg(doc)]
+use wait::{Registered, Until, Wait};
+
+/// What [`wait`] runs on: `std` here, loom's primitives in its loom model.
+mod sync {
+    pub(super) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    pub(super) use std::sync::{Arc, Mutex, MutexGuard};
+    pub(super) use std::thread::{Thread, current, park_timeout};
+    pub(super) use std::time::Instant;
+    /// The table's hasher (a fixed one in the model, which must replay).
+    pub(super) type NameHasher = std::hash::RandomState;
+}
 
 /// `KEYS[1]` the key, `KEYS[2]` its lease; `ARGV[1]` a token, `ARGV[2]`
 /// the lease TTL in ms. Answers `{value, pttl}` if the key has a value,
@@ -207,177 +274,6 @@ pub(crate) fn token() -> String {
         out.push_str(&format!("{:016x}", h.finish()));
     }
     out
-}
-
-struct WaitState {
-    deadline: Option<Instant>,
-    waker: Option<Waker>,
-}
-
-/// One caller waiting for a held lease to end.
-pub(crate) struct Wait {
-    woken: AtomicBool,
-    thread: Thread,
-    state: Mutex<WaitState>,
-}
-
-impl Wait {
-    fn lock(&self) -> MutexGuard<'_, WaitState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn wake(&self) {
-        self.woken.store(true, Ordering::Release);
-        let waker = self.lock().waker.take();
-        self.thread.unpark();
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-}
-
-/// The callers waiting for leases held elsewhere, by the Redis names they
-/// wait on (the key's and its lease's). One table per cache, shared by
-/// its links: the readers wake by name, the supervisors at deadlines.
-#[derive(Default)]
-pub(crate) struct Waiters {
-    count: AtomicUsize,
-    map: Mutex<HashMap<Vec<u8>, Vec<Arc<Wait>>>>,
-}
-
-impl Waiters {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<Arc<Wait>>>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// `true` if someone waits (a reader's cheap test before it names keys).
-    #[inline]
-    pub(crate) fn active(&self) -> bool {
-        self.count.load(Ordering::Acquire) > 0
-    }
-
-    /// Registers a wait on `names` (before the [`LEASE`] it follows is sent).
-    pub(crate) fn register(&self, names: [Vec<u8>; 2]) -> Registered<'_> {
-        let wait = Arc::new(Wait {
-            woken: AtomicBool::new(false),
-            thread: thread::current(),
-            state: Mutex::new(WaitState {
-                deadline: None,
-                waker: None,
-            }),
-        });
-        let mut map = self.lock();
-        for n in &names {
-            map.entry(n.clone()).or_default().push(Arc::clone(&wait));
-        }
-        self.count.fetch_add(1, Ordering::AcqRel);
-        drop(map);
-        Registered {
-            waiters: self,
-            names,
-            wait,
-        }
-    }
-
-    /// Wakes the waits on `name` (an invalidation, or our own write).
-    pub(crate) fn wake(&self, name: &[u8]) {
-        if !self.active() {
-            return;
-        }
-        let woken = self.lock().get(name).cloned().unwrap_or_default();
-        woken.iter().for_each(|w| w.wake());
-    }
-
-    /// Wakes every wait (a flush, a lost connection).
-    pub(crate) fn wake_all(&self) {
-        if !self.active() {
-            return;
-        }
-        let all: Vec<Arc<Wait>> = self.lock().values().flatten().cloned().collect();
-        all.iter().for_each(|w| w.wake());
-    }
-
-    /// Wakes the waits past their deadline (the supervisors, every tick:
-    /// what ends an awaited wait on time).
-    pub(crate) fn expire(&self, now: Instant) {
-        if !self.active() {
-            return;
-        }
-        let due: Vec<Arc<Wait>> = self
-            .lock()
-            .values()
-            .flatten()
-            .filter(|w| w.lock().deadline.is_some_and(|d| d <= now))
-            .cloned()
-            .collect();
-        due.iter().for_each(|w| w.wake());
-    }
-}
-
-/// A registered wait; deregisters when dropped.
-pub(crate) struct Registered<'a> {
-    waiters: &'a Waiters,
-    names: [Vec<u8>; 2],
-    wait: Arc<Wait>,
-}
-
-impl Registered<'_> {
-    /// Parks until woken or `left` has passed.
-    pub(crate) fn block(&self, left: Duration) {
-        let deadline = Instant::now() + left;
-        while !self.wait.woken.load(Ordering::Acquire) {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            thread::park_timeout(deadline - now);
-        }
-    }
-
-    /// Awaits a wake or `left`'s end (noticed by a supervisor within its
-    /// tick).
-    pub(crate) fn until(&self, left: Duration) -> Until<'_> {
-        self.wait.lock().deadline = Some(Instant::now() + left);
-        Until(&self.wait)
-    }
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        let mut map = self.waiters.lock();
-        for n in &self.names {
-            if let Some(list) = map.get_mut(n) {
-                list.retain(|w| !Arc::ptr_eq(w, &self.wait));
-                if list.is_empty() {
-                    map.remove(n);
-                }
-            }
-        }
-        self.waiters.count.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// The future of [`Registered::until`].
-pub(crate) struct Until<'a>(&'a Wait);
-
-impl Future for Until<'_> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let w = self.0;
-        let mut st = w.lock();
-        let due = st.deadline.is_none_or(|d| d <= Instant::now());
-        if w.woken.load(Ordering::Acquire) || due {
-            return Poll::Ready(());
-        }
-        st.waker = Some(cx.waker().clone());
-        drop(st);
-        // A wake between the test and the store has set `woken`.
-        if w.woken.load(Ordering::Acquire) {
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    }
 }
 
 impl<K: CacheKey, V: CacheValue> Shared<K, V> {
