@@ -77,7 +77,20 @@
 //! An empty map costs no wake-ups at all. Each pass evicts in bounded batches,
 //! releasing the shard lock between them. With the thread running and not
 //! starved, an entry is evicted no later than deadline + interval + precision
-//! (1 ms). [`ExpireMap`] is a cheap handle (`Clone`); dropping the last
+//! (1 ms).
+//!
+//! When the thread falls behind that promise (starved of CPU by request
+//! threads, or outpaced by many writers), the writers share its work: a
+//! write (`put`, `remove`, `expire`, a conditional put, a load's store) to a
+//! shard that no eviction has reached for one interval plus one precision
+//! takes up to 8 of its due entries under the lock it already holds, and
+//! publishes them as `Expired` after the unlock. So memory stays bounded by
+//! the TTLs whether or not the thread gets CPU; the rule is the thread's
+//! (never before the entry's timer tick), and
+//! [`Stats::evicted_by_writers`] counts them. While the thread keeps up a
+//! write only compares the time with the shard's mark.
+//!
+//! [`ExpireMap`] is a cheap handle (`Clone`); dropping the last
 //! handle stops the thread and joins it, except when the drop runs on that
 //! thread itself (a value's `Drop` owning the last handle).
 //!

@@ -104,6 +104,44 @@ fn keeps(salt: u64, key: u64, value: u64) -> bool {
     (x >> 61) != 0 // rejects about one in eight
 }
 
+/// A write takes up to 16 due entries of its shard (`Stats::evicted_by_writers`
+/// counts them): after each write, finds them among the events (an
+/// `Expired` event of a key whose model entry has that value and is
+/// evictable at `t`), moves them from the model to `want`, and keeps every
+/// event drained in `got`.
+#[allow(clippy::too_many_arguments)]
+fn writers_took(
+    map: &ExpireMap<u64, u64>,
+    sub: &mut Subscriber<u64, u64>,
+    model: &mut HashMap<u64, Entry>,
+    want: &mut Vec<(u64, u64, Cause)>,
+    got: &mut Vec<(u64, u64, Cause)>,
+    taken: &mut u64,
+    t: u64,
+    ctx: &str,
+) {
+    let now_taken = map.stats().evicted_by_writers;
+    if now_taken == *taken {
+        return;
+    }
+    let mut found = 0;
+    for (k, v, cause) in events(sub) {
+        if cause == Cause::Expired
+            && model
+                .get(&k)
+                .is_some_and(|e| e.value == v && evictable(e.deadline, t))
+        {
+            model.remove(&k);
+            want.push((k, v, cause));
+            found += 1;
+        }
+        got.push((k, v, cause));
+    }
+    assert_eq!(found, now_taken - *taken, "{ctx}: entries writers took");
+    assert!(found <= 16, "{ctx}: one write took {found}");
+    *taken = now_taken;
+}
+
 /// One seeded run. With `idle` (ns), the map has that time to idle; the
 /// run reads nothing between writes (`iter`, `keys` and `retain` are no
 /// accesses), so an entry's deadline is `put time + min(ttl, idle)`.
@@ -130,6 +168,7 @@ fn shadow(seed: u64, ops: usize, idle: Option<u64>) {
     // Enough keys that shards take several spans.
     let keys = 1 + rng.below(1_500);
     let mut serial = 0u64;
+    let (mut got, mut taken) = (Vec::new(), 0u64);
     let leave = |want: &mut Vec<_>, key, old: Entry, t, live_cause| {
         let cause = if t <= old.deadline {
             live_cause
@@ -159,6 +198,8 @@ fn shadow(seed: u64, ops: usize, idle: Option<u64>) {
                 if let Some(old) = model.insert(key, new) {
                     leave(&mut want, key, old, t, Cause::Replaced);
                 }
+                let m = (&mut model, &mut want, &mut got, &mut taken);
+                writers_took(&map, &mut sub, m.0, m.1, m.2, m.3, t, &ctx);
             }
             55..=69 => {
                 let live = model.get(&key).filter(|e| t <= e.deadline).map(|e| e.value);
@@ -166,6 +207,8 @@ fn shadow(seed: u64, ops: usize, idle: Option<u64>) {
                 if let Some(old) = model.remove(&key) {
                     leave(&mut want, key, old, t, Cause::Removed);
                 }
+                let m = (&mut model, &mut want, &mut got, &mut taken);
+                writers_took(&map, &mut sub, m.0, m.1, m.2, m.3, t, &ctx);
             }
             70..=84 => clock.advance(Duration::from_nanos(rng.below(2_000_000))),
             85..=88 => {
@@ -216,7 +259,7 @@ fn shadow(seed: u64, ops: usize, idle: Option<u64>) {
         leave(&mut want, k, e, t, Cause::Shutdown);
     }
     drop(map);
-    let mut got = events(&mut sub);
+    got.extend(events(&mut sub));
     got.sort_unstable();
     want.sort_unstable();
     assert_eq!(got.len(), want.len(), "seed {seed}: event count");

@@ -134,14 +134,7 @@ fn main() {
         ("quick_cache 64 x get", &quick_gets),
     ];
     let times = rounds(&pool, &subjects);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("model name"))?;
-            Some(line.split(':').nth(1)?.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let (cores, cpu) = expiremap_benches::machine();
     println!(
         "\n## get_many: batches of {BATCH} uniform keys over {N} entries \
          ({ROUNDS} rounds x {BATCHES} batches; {cpu}, {cores} CPUs)\n"

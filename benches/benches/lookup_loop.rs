@@ -133,6 +133,20 @@ fn count_gets(gets: u64) {
     if let Some(shards) = bounded {
         builder = builder.max_entries(KEYS).shards(shards);
     }
+    // LOOKUP_LOOP_CHURN: the operations are puts of ever-new keys with a
+    // 50 ms TTL beside the 10^5 long-lived entries, on a `ManualClock`
+    // advanced 1 µs per put, with no eviction thread: every 4 ms of that
+    // time the loop calls `evict_expired`, the thread's pass. Each put's
+    // count includes its share of eviction, whoever does it.
+    // LOOKUP_LOOP_CHURN=starved: no passes at all, as if the thread got no
+    // CPU: the writers' own eviction is all there is.
+    let churn = std::env::var_os("LOOKUP_LOOP_CHURN");
+    let starved = churn.as_ref().is_some_and(|v| v == "starved");
+    let churn = churn.is_some();
+    let clock = expiremap::ManualClock::new();
+    if churn {
+        builder = builder.clock(clock.clone()).background_eviction(false);
+    }
     let em = builder.build();
     let load = std::env::var_os("LOOKUP_LOOP_LOAD").is_some();
     // LOOKUP_LOOP_GET_WITH: the gets are `get_with` hits.
@@ -178,6 +192,16 @@ fn count_gets(gets: u64) {
             let k = mix64(rng.next_u64() % KEYS);
             let f = std::pin::pin!(em.get_or_insert_with_async(k, TTL, async { unreachable!() }));
             let _ = black_box(f.poll(&mut cx));
+        }
+        return;
+    }
+    if churn {
+        for i in 0..gets {
+            black_box(em.put(mix64(KEYS + i), i, Duration::from_millis(50)));
+            clock.advance(Duration::from_micros(1));
+            if i % 4_000 == 3_999 && !starved {
+                black_box(em.evict_expired());
+            }
         }
         return;
     }

@@ -7,7 +7,15 @@
 //! SCALING_SECS=2 SCALING_ONLY=churn SCALING_LIBS=expiremap,dashmap cargo bench --bench scaling
 //! SCALING_THREADS=1,16 cargo bench --bench scaling   # only these thread counts
 //! SCALING_SHARDS=64 cargo bench --bench scaling      # ExpireMap with 64 shards
+//! SCALING_EVICTOR_NICE=19 cargo bench --bench scaling # the eviction thread at nice 19
 //! ```
+//!
+//! `SCALING_EVICTOR_NICE=n` renices `ExpireMap`'s eviction thread (found by
+//! its name, `expiremap-evictor`, in `/proc/self/task`) to `n` once the map
+//! is built and filled: a stand-in for a server whose cores are saturated by
+//! request threads, where the thread gets little CPU. After a churn row,
+//! `ExpireMap`'s row ends with the entries evicted by writers and by the
+//! thread (`Stats::evicted_by_writers`, `Stats::evicted`).
 //!
 //! Workloads, over 10^6 `u64 -> u64` entries live for an hour:
 //!
@@ -55,6 +63,34 @@ trait Subject: Send + Sync + 'static {
     fn put(&self, k: u64, v: u64, ttl: Duration);
     /// Entries held (expired ones a peer never removes included).
     fn held(&self) -> u64;
+    /// Anything else worth printing after a churn row.
+    fn note(&self) -> String {
+        String::new()
+    }
+}
+
+/// `SCALING_EVICTOR_NICE=n`: renices every thread of this process named
+/// `expiremap-evictor` to `n` (with `renice`, which a user may run on
+/// their own threads when raising the nice value).
+fn renice_evictor() {
+    let Ok(nice) = std::env::var("SCALING_EVICTOR_NICE") else {
+        return;
+    };
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "expiremap-evictor" {
+            let tid = task.file_name().to_string_lossy().into_owned();
+            let ok = std::process::Command::new("renice")
+                .args(["-n", &nice, "-p", &tid])
+                .stdout(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "renice of the eviction thread {tid} failed");
+        }
+    }
 }
 
 struct Em(ExpireMap<u64, u64>);
@@ -89,6 +125,14 @@ impl Subject for Em {
     }
     fn held(&self) -> u64 {
         self.0.len() as u64
+    }
+    fn note(&self) -> String {
+        let s = self.0.stats();
+        format!(
+            " evicted {:.2} M by writers, {:.2} M by the thread |",
+            s.evicted_by_writers as f64 / 1e6,
+            (s.evicted - s.evicted_by_writers) as f64 / 1e6
+        )
     }
 }
 
@@ -313,6 +357,7 @@ fn run<S: Subject>(works: &[Work], counts: &[usize], secs: f64, keys: &[Vec<Arc<
         for i in 0..N {
             map.put(mix64(i), i, LONG);
         }
+        renice_evictor();
         let draws = &keys[usize::from(work == Work::Zipf)];
         let mut row = format!("| {} | {} |", work.name(), S::NAME);
         for &threads in counts {
@@ -321,6 +366,9 @@ fn run<S: Subject>(works: &[Work], counts: &[usize], secs: f64, keys: &[Vec<Arc<
         }
         if matches!(work, Work::Churn | Work::Bounded) {
             row += &format!(" {:.2} M held |", map.held() as f64 / 1e6);
+        }
+        if work == Work::Churn {
+            row += &map.note();
         }
         println!("{row}");
     }
@@ -343,16 +391,7 @@ fn main() {
         .into_iter()
         .filter(|w| wanted(&only, w.name()))
         .collect();
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_string());
+    let (cores, cpu) = expiremap_benches::machine();
     let mut counts = vec![1];
     while counts[counts.len() - 1] * 2 <= cores {
         counts.push(counts[counts.len() - 1] * 2);

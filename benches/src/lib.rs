@@ -33,3 +33,18 @@ pub fn mix64(x: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
+
+/// The machine a bench ran on, for its first line: `(cores, CPU model)`,
+/// from `available_parallelism` and `/proc/cpuinfo`'s first "model name"
+/// ("unknown CPU" where there is none).
+pub fn machine() -> (usize, String) {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("model name"))?;
+            Some(line.split(':').nth(1)?.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    (cores, cpu)
+}

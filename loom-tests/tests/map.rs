@@ -1,6 +1,6 @@
 //! loom models of the map's concurrent protocols: the eviction thread's
 //! wake-up, shutdown, remove racing expiry, the last handle dropped on the
-//! eviction thread, the last of two clones dropped on two threads, two `evict_expired` callers racing a `remove`, the
+//! eviction thread, the last of two clones dropped on two threads, two `evict_expired` callers racing a `remove`, a write evicting due entries racing the pass, the
 //! capacity bound under concurrent puts and eviction, the map-wide bound
 //! taking room from another shard,
 //! `get_or_insert_with`'s hand-off to waiters, refresh ahead's reload racing
@@ -216,7 +216,10 @@ fn two_eviction_passes_race_a_remove() {
             })
         };
         let removed = map.remove(&2);
-        let evicted = a.join().unwrap() + b.join().unwrap();
+        // `remove` may also take a due entry as a write (issue 36): key 1,
+        // or key 2 once its tick has passed; counted as the writers'.
+        let evicted =
+            a.join().unwrap() + b.join().unwrap() + map.stats().evicted_by_writers as usize;
 
         // Everything published so far: the passes' events and, if `remove`
         // found key 2 expired, its event.
@@ -893,5 +896,50 @@ fn a_reload_racing_expiry_hands_its_value_to_the_next_miss() {
                 "the miss waited for the reload"
             );
         }
+    });
+}
+
+/// A write takes due entries of its shard (issue 36) while the eviction
+/// thread passes the same shard: keys 1 and 2 come due when another thread
+/// advances the clock (which wakes the eviction thread), and a put of key 3
+/// races the pass. Whoever takes an entry takes it out of the shard under
+/// the lock, so each value leaves exactly once: `Expired` (by the put or
+/// by the thread, never before its deadline) or, if neither reached it
+/// before the drop, `Shutdown`; and the counts add up.
+#[test]
+fn a_writer_evicting_races_the_eviction_pass() {
+    model(|| {
+        let clock = ManualClock::new();
+        let map = Arc::new(map(&clock));
+        let mut sub = map.subscribe().unwrap();
+        map.put(1, 1, MS);
+        map.put(2, 2, MS);
+        let c = clock.clone();
+        let t = thread::spawn(move || c.advance(2 * MS));
+        map.put(3, 3, Duration::from_secs(3600));
+        t.join().unwrap();
+        let map = Arc::try_unwrap(map).expect("one handle");
+        let stats_before_drop = map.stats();
+        let mut events = Vec::new();
+        loop {
+            match sub.try_recv() {
+                Ok(e) => {
+                    assert_eq!(e.cause, Cause::Expired, "key {}", e.key);
+                    assert!(e.removed_at() > e.deadline(), "key {} early", e.key);
+                    events.push(e.key);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        // One entry per write under loom (`WRITER_EVICT`).
+        assert!(stats_before_drop.evicted_by_writers <= 1);
+        drop(map);
+        let rest = until_closed(&mut sub);
+        let mut all: Vec<u32> = events.clone();
+        all.extend(rest.iter().map(|&(k, _)| k));
+        all.sort_unstable();
+        assert_eq!(all, [1, 2, 3], "expired {events:?}, then {rest:?}");
+        assert!(rest.contains(&(3, Cause::Shutdown)), "{rest:?}");
     });
 }

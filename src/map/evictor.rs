@@ -32,12 +32,46 @@
 //! makes it so) and sees `NONE_PLANNED` or the new target: no wake-up is lost.
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
-use super::{EVICT_BATCH, Inner, Time};
+use super::shard::{Removed, Shard};
+use super::{Config, EVICT_BATCH, Inner, Time};
 use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
+
+/// Due entries a write takes from its shard per call, under the lock it
+/// already holds (see [`Inner::take_due`]). A put makes one entry, so a
+/// few per write let writers catch up a backlog; each costs the write a
+/// cache miss or two, under its lock. Measured against 4 and 16 during a
+/// mass expiry (`benches/eviction_holds.rs`, BENCHMARKS.md): 8 had the
+/// lowest put p99.9. One under loom, like `EVICT_BATCH`.
+pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 8 };
+
+/// The ticks of `2^shift` ns a shard may go without an eviction before
+/// its writes take due entries (see [`Inner::take_due`]): the thread's
+/// promise, one `interval` plus one `precision`, rounded up. Within it the
+/// due entries are the thread's, so a write costs nothing more while the
+/// thread keeps up; past it the thread is behind (starved of CPU, or
+/// outpaced by writers), and the writers that make the entries take them.
+/// Under loom, zero: every due entry is fair game, so that the models reach
+/// the race with few steps.
+pub(super) fn writer_lag(config: &Config, shift: u32) -> u64 {
+    if cfg!(expiremap_loom) {
+        return 0;
+    }
+    let lag = config.interval.saturating_add(config.precision);
+    (lag >> shift) + u64::from(lag & ((1 << shift) - 1) != 0)
+}
+
+/// What a write took from its shard's due entries (see
+/// [`Inner::take_due`]): left after the unlock by
+/// [`leave_due`](Inner::leave_due).
+pub(super) struct Due<K, V> {
+    batch: Vec<Removed<K, V>>,
+    /// The time they were evicted at (every deadline is below it).
+    at: u64,
+}
 
 /// `planned` while the thread is (re)planning or has nothing planned: every
 /// new eviction time is earlier, or equal (`u64::MAX`, the end of a clock's
@@ -222,6 +256,63 @@ where
         }
         panics.resume();
         total
+    }
+
+    /// Under `shard`'s write lock, with `now` read under it by a write:
+    /// when no eviction has moved the shard's wheel for
+    /// [`writer_lag`] ticks (the thread is behind its
+    /// own promise of one interval plus one precision), or an earlier
+    /// write's eviction left entries due, takes up to [`WRITER_EVICT`] of
+    /// its due entries, by the rule the thread's passes follow
+    /// ([`Shard::evict`]: only entries whose timer tick has passed, so never
+    /// one before its deadline). Once evicted, an entry is out of the table
+    /// and the wheel, so no pass, read or other write can find it: each
+    /// value leaves once. Otherwise (the usual case: the thread keeps up)
+    /// it costs a load and a comparison and leaves the work to the
+    /// thread, whose batches cost less per entry than a write's. The caller
+    /// hands the result to [`leave_due`](Self::leave_due) after the unlock.
+    #[inline]
+    pub(super) fn take_due(&self, shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
+        if !shard.writers_evict(now) {
+            return None;
+        }
+        Self::take_due_slow(shard, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_due_slow(shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
+        let mut batch = Vec::with_capacity(WRITER_EVICT);
+        let (more, at) = shard.evict(now, WRITER_EVICT, &mut batch);
+        if more {
+            shard.writers_continue();
+        }
+        // Empty if the wake-up only moved timers between the wheel's levels.
+        (!batch.is_empty()).then_some(Due { batch, at })
+    }
+
+    /// Publishes (as `Expired`) or drops what a write took with
+    /// [`take_due`](Self::take_due), after the unlock, counted in
+    /// `evicted` and `max_lateness` as the thread counts its own. A panic
+    /// in a value's `Drop` is caught and dropped (as [`leave`](Self::leave)
+    /// does), so the write it rode on still returns; every other value of
+    /// the batch still leaves.
+    #[inline]
+    pub(super) fn leave_due(&self, due: Option<Due<K, V>>) {
+        if let Some(due) = due {
+            self.leave_due_slow(due);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn leave_due_slow(&self, mut due: Due<K, V>) {
+        let n = due.batch.len() as u64;
+        self.evicted.fetch_add(n, Ordering::Relaxed);
+        self.evicted_by_writers.fetch_add(n, Ordering::Relaxed);
+        let mut panics = Panics::new();
+        self.leave_evicted(&mut due.batch, due.at, &mut panics);
+        panics.forget();
     }
 
     /// Earliest shard wake-up, in clock ns.

@@ -165,6 +165,8 @@ struct Inner<K, V, S> {
     /// the map can have expired (see `write::DueMin`).
     due_min: CachePadded<AtomicU64>,
     evicted: AtomicU64,
+    /// Of `evicted`, those writes took (`evictor::take_due`).
+    evicted_by_writers: AtomicU64,
     /// Values pushed out (or refused) by the bound.
     size_evicted: stats::Tally,
     /// The largest lateness of an eviction (removal time - deadline), ns.
@@ -236,6 +238,7 @@ where
             None => 1,
         });
         let shift = shard::tick_shift(config.precision);
+        let writer_lag = evictor::writer_lag(&config, shift);
         let n = config.shards;
         let shards = (0..n)
             .map(|i| {
@@ -251,6 +254,7 @@ where
                 if config.refresh.is_some() {
                     shard = shard.tracking_writes();
                 }
+                shard = shard.writer_lag(writer_lag);
                 CachePadded::new(RwLock::new(shard))
             })
             .collect();
@@ -274,6 +278,7 @@ where
             budget,
             room_cursor: AtomicUsize::new(0),
             evicted: AtomicU64::new(0),
+            evicted_by_writers: AtomicU64::new(0),
             size_evicted,
             max_lateness: AtomicU64::new(0),
             read_extras,
@@ -327,20 +332,24 @@ where
         // in the probe, the key and value are dropped after the guard:
         // outside the lock.
         let mut kv = Some((key, value));
-        let (outcome, kick, now) = {
+        let (outcome, kick, now, due) = {
             let key = &kv.as_ref().expect("just set").0;
             let (mut shard, now) = inner.write_key(hash, key, false);
             let deadline = now.saturating_add(nanos(ttl));
             let outcome = shard.put(hash, &mut kv, deadline, now);
             let timer = inner.timer_of(deadline, now);
-            (outcome, inner.needs_kick(&shard, timer), now)
+            let kick = inner.needs_kick(&shard, timer);
+            (outcome, kick, now, inner.take_due(&mut shard, now))
         };
         self.kick_if(kick);
-        match outcome {
+        // The put's own old value first, then what it evicted after it.
+        let old = match outcome {
             // An unbounded shard neither refuses nor runs out of room.
             PutOutcome::Inserted | PutOutcome::Refused | PutOutcome::NoRoom { .. } => None,
             PutOutcome::Overwrote(old) => inner.leave(old, now),
-        }
+        };
+        inner.leave_due(due);
+        old
     }
 
     /// The value for `key` if it is live (`now <= deadline`).
@@ -393,11 +402,14 @@ where
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (removed, now) = {
+        let (removed, now, due) = {
             let (mut shard, now) = inner.write_key(hash, key, false);
-            (shard.remove(hash, key, now), now)
+            let removed = shard.remove(hash, key, now);
+            (removed, now, inner.take_due(&mut shard, now))
         };
-        inner.leave(removed?, now)
+        let removed = removed.and_then(|r| inner.leave(r, now));
+        inner.leave_due(due);
+        removed
     }
 
     /// Gives a live entry the new deadline `now + ttl`. Returns `false` (and
@@ -439,19 +451,18 @@ where
         }
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (done, kick) = {
+        let (done, kick, due) = {
             let (mut shard, now) = inner.write_key(hash, key, false);
             let deadline = now.saturating_add(nanos(ttl));
             let timer = shard.touch(hash, key, deadline, now, cond);
             if let Some(t) = timer {
                 inner.note_due(hash, t);
             }
-            (
-                timer.is_some(),
-                timer.and_then(|t| inner.needs_kick(&shard, t)),
-            )
+            let kick = timer.and_then(|t| inner.needs_kick(&shard, t));
+            (timer.is_some(), kick, inner.take_due(&mut shard, now))
         };
         self.kick_if(kick);
+        inner.leave_due(due);
         done
     }
 

@@ -139,6 +139,15 @@ pub(crate) struct Shard<K, V> {
     /// Which nodes were written while an optimistic reader (`retain`)
     /// watches.
     pub(crate) changes: Changes,
+    /// Writes from this clock time on take due entries (see
+    /// [`writers_evict`](Self::writers_evict)): the start of the tick
+    /// `writer_lag` ticks after the wheel's, set by every
+    /// [`evict`](Self::evict); zero while a write's eviction left entries
+    /// due ([`writers_continue`](Self::writers_continue)).
+    writers_from: u64,
+    /// How many ticks of no eviction make writes take due entries
+    /// (`u64::MAX`, the default: never).
+    writer_lag: u64,
 }
 
 /// The nodes written since optimistic readers started watching: how
@@ -228,6 +237,8 @@ impl<K, V> Shard<K, V> {
         Self {
             flights: Vec::new(),
             changes: Changes::new(),
+            writers_from: u64::MAX,
+            writer_lag: u64::MAX,
             table: Table::new(),
             entries: Entries {
                 lists: Lists::new(slab.tick_of(now)),
@@ -280,6 +291,15 @@ impl<K, V> Shard<K, V> {
     pub(crate) fn idle(mut self, idle: u64) -> Self {
         self.entries.slab.idle = Some(idle);
         self.entries.slab.nodes.tracks_idle = true;
+        self
+    }
+
+    /// This shard, whose writes take due entries once no eviction has
+    /// moved its wheel for `lag` ticks (see
+    /// [`writers_evict`](Self::writers_evict)).
+    pub(crate) fn writer_lag(mut self, lag: u64) -> Self {
+        self.writer_lag = lag;
+        self.writers_from = self.time_of(self.entries.lists.now().saturating_add(lag));
         self
     }
 
@@ -691,10 +711,11 @@ impl<K, V> Shard<K, V> {
         out: &mut impl Sink<K, V>,
     ) -> (bool, u64) {
         let now = now.max(self.time_of(self.entries.lists.now()));
-        let entries = &mut self.entries;
         // tick_of(now) >= the wheel's tick, since the wheel's tick starts at
         // or before `now`: `move_to` goes forward or stays.
-        let now_tick = entries.slab.tick_of(now);
+        let now_tick = self.entries.slab.tick_of(now);
+        self.writers_from = self.time_of(now_tick.saturating_add(self.writer_lag));
+        let entries = &mut self.entries;
         entries.lists.move_to(&mut entries.slab, now_tick);
         for _ in 0..limit {
             let Some(index) = entries.lists.first_due() else {
@@ -748,6 +769,22 @@ impl<K, V> Shard<K, V> {
         (entries.lists.first_due().is_some(), now)
     }
 
+    /// After a write's bounded [`evict`](Self::evict) left entries due:
+    /// the next writes take more at once (the thread is behind).
+    pub(crate) fn writers_continue(&mut self) {
+        self.writers_from = 0;
+    }
+
+    /// Whether a write at `now` should take due entries (see
+    /// `evictor::take_due`): no eviction has moved the wheel for
+    /// `writer_lag` ticks (the thread is behind; any entry due now has
+    /// waited less than that), or an earlier write's eviction left entries
+    /// due. One load of what a write has just touched and a comparison.
+    #[inline]
+    pub(crate) fn writers_evict(&self, now: u64) -> bool {
+        now >= self.writers_from
+    }
+
     /// When the wheel next has work, in clock nanoseconds: `None` if it
     /// holds nothing that will ever be due (see "The end of time").
     pub(crate) fn next_wakeup(&self) -> Option<u64> {
@@ -771,6 +808,7 @@ impl<K, V> Shard<K, V> {
         if self.entries.slab.nodes.tracks_born {
             fresh = fresh.tracking_writes();
         }
+        fresh = fresh.writer_lag(self.writer_lag);
         // Flights and watchers concern keys, not entries: they stay.
         fresh.flights = std::mem::take(&mut self.flights);
         std::mem::swap(&mut fresh.changes, &mut self.changes);

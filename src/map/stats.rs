@@ -124,12 +124,19 @@ pub struct Stats {
     /// The latest any eviction of an expired entry came: removal time minus
     /// deadline, the largest seen.
     pub max_lateness: Duration,
-    /// Entries evicted because their deadline passed (by the thread or
-    /// [`ExpireMap::evict_expired`](super::ExpireMap::evict_expired)). Not counted: an entry a read removed
+    /// Entries evicted because their deadline passed (by the thread,
+    /// [`ExpireMap::evict_expired`](super::ExpireMap::evict_expired), or a
+    /// write to their shard: see `evicted_by_writers`). Not counted: an entry a read removed
     /// because it found it idle-expired (see
     /// [`Builder::time_to_idle`](crate::Builder::time_to_idle)), published
     /// as `Expired` all the same.
     pub evicted: u64,
+    /// Of `evicted`, the entries that writes took: a write (`put`,
+    /// `remove`, `expire`, a conditional put, a load's store) to a shard
+    /// that no eviction has reached for one interval plus one precision
+    /// (the thread is behind) takes a few due entries under the lock it
+    /// already holds. The rest were the thread's or `evict_expired`'s.
+    pub evicted_by_writers: u64,
     /// Eviction passes made by the background thread.
     pub passes: u64,
     /// Times the background thread woke from a wait. An idle map adds none.
@@ -174,6 +181,7 @@ where
             size_evicted: self.inner.size_evicted.total(),
             max_lateness: Duration::from_nanos(self.inner.max_lateness.load(Ordering::Relaxed)),
             evicted: self.inner.evicted.load(Ordering::Relaxed),
+            evicted_by_writers: self.inner.evicted_by_writers.load(Ordering::Relaxed),
             passes: s.passes.load(Ordering::Relaxed),
             wakeups: s.wakeups.load(Ordering::Relaxed),
             refreshes: self.inner.refreshes.load(Ordering::Relaxed),

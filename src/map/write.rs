@@ -140,7 +140,7 @@ where
         let mut out = shard::Out::new();
         let mut rounds = 0;
         loop {
-            let (outcome, kick, now, deadline) = {
+            let (outcome, kick, now, deadline, mut due) = {
                 let key = &kv.as_ref().expect("just set").0;
                 // A load's store and an update's commit are the writes their
                 // key's own flight is waiting for.
@@ -202,9 +202,20 @@ where
                     .not()
                     .then(|| inner.needs_kick(&shard, timer))
                     .flatten();
-                (outcome, kick, now, deadline)
+                (
+                    outcome,
+                    kick,
+                    now,
+                    deadline,
+                    inner.take_due(&mut shard, now),
+                )
             };
             self.kick_if(kick);
+            // An overwritten value leaves before what the put evicted
+            // after it; nothing else waits (and a retry must not drop them).
+            if !matches!(outcome, PutOutcome::Overwrote(_)) {
+                inner.leave_due(due.take());
+            }
             if !out.is_empty() {
                 inner.leave_all(std::mem::replace(&mut out, shard::Out::new()), now);
             }
@@ -214,7 +225,11 @@ where
                     return Err(NotStored::Refused(key, value));
                 }
                 PutOutcome::Inserted | PutOutcome::Refused => None,
-                PutOutcome::Overwrote(old) => inner.leave(old, now),
+                PutOutcome::Overwrote(old) => {
+                    let old = inner.leave(old, now);
+                    inner.leave_due(due);
+                    old
+                }
                 PutOutcome::NoRoom { need, candidate } => {
                     rounds += 1;
                     let room = match rounds {

@@ -286,7 +286,15 @@ impl<const R: u32> Lists<R> {
         let new_digit = (to >> shift) & Self::MASK;
         debug_assert!(old_digit < new_digit);
         let occupied = self.slot_bits[level];
-        let between = occupied & ((1u64 << new_digit) - 1) & !((1u64 << (old_digit + 1)) - 1);
+        // At level 0 the slot of `to`'s digit holds exactly the nodes of
+        // tick `to` (they share every higher digit with it), all due now:
+        // spliced whole like the slots before it, not walked. Moving one
+        // tick at a time (as writes that evict do) re-examines no node.
+        let upto = match lm {
+            0 => u64::MAX >> (63 - new_digit),
+            _ => (1u64 << new_digit) - 1,
+        };
+        let between = occupied & upto & !((1u64 << (old_digit + 1)) - 1);
         let mut slots = between;
         while slots != 0 {
             let slot = slots.trailing_zeros() as usize;
@@ -295,7 +303,7 @@ impl<const R: u32> Lists<R> {
         }
         let mut remaining = occupied & !between;
         let recheck = level * Self::SLOTS + new_digit as usize;
-        let head = if occupied & (1 << new_digit) != 0 {
+        let head = if lm != 0 && occupied & (1 << new_digit) != 0 {
             remaining &= !(1 << new_digit);
             std::mem::replace(&mut self.heads[recheck], NIL)
         } else {

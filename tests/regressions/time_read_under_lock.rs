@@ -126,7 +126,9 @@ fn touch_after_a_wait_does_not_revive_an_expired_entry() {
     let (map, mut sub, touched) = on_manual_clock(|m| m.touch(&1, Duration::from_secs(60)));
     assert!(!touched, "touch gave an expired entry a new deadline");
     assert_eq!(map.get(&1).map(|v| v.n), None);
-    assert_eq!(map.evict_expired(), 1);
+    // The touch is a write of the shard: it may take the due entry itself.
+    let by_touch = map.stats().evicted_by_writers;
+    assert_eq!(map.evict_expired() as u64 + by_touch, 1);
     assert_eq!(events(&mut sub), [(1, 1, Cause::Expired)]);
 }
 
