@@ -14,6 +14,13 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The lease TTL of [`Builder::lease_ttl`] by default: 10 s, the lease
+/// life of memcache's leases (Nishtala et al., NSDI 2013): longer than
+/// most loads (a database query, a remote call), so a hot key is loaded
+/// once, and short enough that a crashed loader holds the fleet up for
+/// seconds, not minutes.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
 /// Settings of a [`NearCache`], from [`NearCache::builder`].
 pub struct Builder<K, V> {
     url: String,
@@ -28,6 +35,8 @@ pub struct Builder<K, V> {
     tls_ca_pem: Option<Vec<u8>>,
     publish_removals: bool,
     redis_expirations: bool,
+    /// `None`: off; the default is [`DEFAULT_LEASE_TTL`].
+    lease_ttl: Option<Duration>,
     _types: std::marker::PhantomData<fn() -> (K, V)>,
 }
 
@@ -122,6 +131,27 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         self
     }
 
+    /// Fleet-wide loading (on by default): `get_or_insert_with` and its
+    /// kin take a lease in Redis before they load a missing key, so that
+    /// one process in the fleet loads it while the others wait for its
+    /// value (see the crate docs, *Fleet-wide loading*). `false` loads
+    /// once per process, as a plain cache-aside does.
+    pub fn leases(mut self, on: bool) -> Self {
+        self.lease_ttl = on.then(|| self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL));
+        self
+    }
+
+    /// How long a lease lasts (default 10 s, at least 1 ms; turns leases
+    /// on): the longest a crashed or stuck loader holds the others up, and
+    /// the longest a load may take before another process loads too (its
+    /// value is then only returned, not stored). Make it a few times your
+    /// slowest load (its p99.9), and no longer than you would have the
+    /// fleet wait for a dead loader.
+    pub fn lease_ttl(mut self, d: Duration) -> Self {
+        self.lease_ttl = Some(d);
+        self
+    }
+
     /// Connects (once, on this thread: an unreachable server is an error
     /// here), sets up tracking and starts the cache's threads. Settings are
     /// checked before connecting:
@@ -165,6 +195,12 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
                 )));
             }
             cfg.staleness = s;
+        }
+        if self.lease_ttl.is_some_and(|d| d < Duration::from_millis(1)) {
+            return Err(Error::Config(format!(
+                "lease_ttl({:?}) is below 1 ms",
+                self.lease_ttl.unwrap_or_default()
+            )));
         }
         if let Some(c) = self.max_near_ttl {
             cfg.max_near_ttl = c;
@@ -211,6 +247,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
             near = near.max_entries(n);
         }
         let near = Arc::new(near.try_build().map_err(|e| Error::Config(e.to_string()))?);
+        let waiters = Arc::clone(&cfg.waiters);
         let events_cfg = cfg.clone();
         let (prefix, staleness) = (cfg.prefix.clone(), cfg.staleness);
         let links = match &self.seeds {
@@ -239,6 +276,8 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
             staleness,
             expirations: None,
             flights: nonblocking::Flights::new(),
+            lease_ttl: self.lease_ttl,
+            waiters,
             _prefix: claim,
         };
         if self.redis_expirations {
@@ -269,6 +308,7 @@ impl<K, V> fmt::Debug for Builder<K, V> {
             .field("max_near_ttl", &self.max_near_ttl)
             .field("staleness", &self.staleness)
             .field("redis_expirations", &self.redis_expirations)
+            .field("lease_ttl", &self.lease_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -289,6 +329,7 @@ impl<K, V> Builder<K, V> {
             tls_ca_pem: None,
             publish_removals: false,
             redis_expirations: false,
+            lease_ttl: Some(DEFAULT_LEASE_TTL),
             _types: std::marker::PhantomData,
         }
     }

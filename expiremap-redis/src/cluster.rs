@@ -536,6 +536,19 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         Err(too_many())
     }
 
+    /// Sends with `send` to `key`'s node and waits for nothing (its reply
+    /// is applied and dropped; a redirect is not followed).
+    pub(crate) fn post<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        send: impl Fn(&Shared<K, V>, bool) -> Result<Receiver<T>, Error>,
+    ) {
+        if let Ok(link) = self.first(key, prefix) {
+            let _ = send(&link, false);
+        }
+    }
+
     /// [`run`](Self::run), awaiting the replies.
     pub(crate) async fn run_async<T>(
         &self,
@@ -595,10 +608,13 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         }
     }
 
-    /// A call's connection error, naming the server it is about.
+    /// A call's error, naming the server it is about: a connection error,
+    /// and a server's error reply or unexpected reply (a cluster's
+    /// redirect is kept as the server wrote it, to be followed).
     fn at(&self, e: Error, link: &Shared<K, V>) -> Error {
         match e {
-            Error::Connection(_) => e.at(&link.cfg.node()),
+            Error::Connection(_) | Error::Protocol(_) => e.at(&link.cfg.node()),
+            Error::Server(_) if Redirect::parse(&e, "").is_none() => e.at(&link.cfg.node()),
             e => e,
         }
     }

@@ -35,6 +35,9 @@ pub(crate) struct Config {
     /// A node of a Redis Cluster (from the cluster builder): its
     /// `cluster_enabled:1` is expected, not refused.
     pub(crate) cluster: bool,
+    /// The callers waiting for leases held elsewhere, shared by every link
+    /// of the cache (clones share it).
+    pub(crate) waiters: Arc<crate::lease::Waiters>,
 }
 
 impl fmt::Debug for Config {
@@ -145,6 +148,7 @@ impl Config {
             connect_timeout: Duration::from_secs(1),
             call_timeout: Duration::from_secs(2),
             cluster: false,
+            waiters: Arc::default(),
         })
     }
 

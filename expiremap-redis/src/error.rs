@@ -25,10 +25,14 @@ pub enum Error {
     /// failed this way may or may not have reached the server.
     Connection(Arc<io::Error>),
     /// The server answered with an error reply (`-ERR ...`, `-NOAUTH ...`).
+    /// The message of a call's error names the server and the step
+    /// (`server 127.0.0.1:6379: lease take (script): NOPERM ...`); one of
+    /// connecting names the command (`HELLO: WRONGPASS ...`).
     Server(String),
     /// The server's reply did not have the expected shape (not a server
-    /// compatible with Redis 6.2 or later). A key of another Redis type under
-    /// the prefix is a [`Error::Server`] (`WRONGTYPE`).
+    /// compatible with Redis 6.2 or later); a call's names the server. A key
+    /// of another Redis type under the prefix is a [`Error::Server`]
+    /// (`WRONGTYPE`).
     Protocol(String),
     /// A key or value could not be encoded, or bytes read from the server
     /// could not be decoded as the cache's key or value type.

@@ -214,6 +214,61 @@
 //!   its replacement takes writes, until it steps down or its link fails.
 //!   Tested on clusters of three and four primaries of Redis 7.0.15.
 //!
+//! # Fleet-wide loading
+//!
+//! [`get_or_insert_with`](NearCache::get_or_insert_with) and its kin (the
+//! `try_` and async forms) load a missing key **once across every process
+//! that shares the Redis**, not once per process, with memcache-style
+//! leases (Nishtala et al., NSDI 2013). On by default;
+//! [`Builder::leases`] turns them off, [`Builder::lease_ttl`] sets their
+//! life ([`DEFAULT_LEASE_TTL`], 10 s).
+//!
+//! * The first miss anywhere takes the key's *lease*: a random token stored
+//!   in Redis next to the key (`<key>:lease`, in the key's Cluster slot)
+//!   with the lease TTL, taken in the same script that found the key
+//!   missing (one round trip, as the plain miss's read). It runs `init`.
+//! * Every other caller, in any process, finds the lease held and waits:
+//!   for an invalidation of the key or of its lease on the tracking
+//!   connection it already has (the holder's write, a `put`, a `remove`, a
+//!   lease given back or expired), or for the lease's time left, whichever
+//!   comes first; then it reads again, and takes the lease if it is free.
+//!   No polling: a waiter sends nothing while it waits.
+//! * The holder's value is stored only while its lease is valid: one
+//!   `MULTI`/`EXEC` of a script that compares the token, deletes the lease
+//!   and stages the value under a name of its own, and a `RENAME` of that
+//!   onto the key (which fails if nothing was staged). The holder keeps a
+//!   near copy of its value, as a `put` does.
+//!   A `put` or `remove` of the key by any cache deletes the lease
+//!   atomically with its write, so a load that started before it never
+//!   lands after it: no old value over a newer `put`, no removed key
+//!   brought back for a whole TTL (the cache-aside stale set). The load's
+//!   value is then only returned to its callers.
+//! * A holder whose `init` fails or panics, or whose future is dropped,
+//!   gives the lease back, and a waiter takes over at once. A process that
+//!   dies (or a link that is lost) holding a lease delays the others by at
+//!   most the lease TTL; a load that outlives its lease is not stored (its
+//!   callers get its value), and another process may load meanwhile.
+//!
+//! What it gains: with `P` processes reading a hot key, one load per
+//! expiry instead of `P` (measured in `BENCHMARKS.md`: 1.00 instead of
+//! 8.00 loads per expiry with 8 processes, on one server and on a 3-primary
+//! cluster), and no stale set. What it costs: the same round trips as
+//! without it on a miss (the lease is taken by the miss's read and ended by
+//! the store), a script and a `MULTI`/`EXEC` instead of `GET`/`SET NX`
+//! (measured at about 13–25 µs more per loaded miss with the store as one
+//! script); `put` is a `MULTI`/`EXEC` and `remove` a script (one round
+//! trip each, as before). Not a plain script for the writes that keep a
+//! near copy: Redis sends a script's writes back to its own connection as
+//! invalidations, `NOLOOP` or not, which would drop that copy. In a
+//! Cluster slot in migration the holder stores with one script, and its
+//! near copy is dropped after the store (its next read goes to Redis).
+//!
+//! What the lease TTL should be: longer than your slowest load (a few
+//! times its p99.9), since a load that outlives its lease is done twice;
+//! and as short as you can afford a stuck or crashed loader to hold the
+//! fleet up. Writes that bypass the cache (another client's `SET`) do not
+//! void leases: a load racing them may land after them.
+//!
 //! # Requirements
 //!
 //! Redis 6.2 or later (RESP3 and `GETDEL`), over TCP
@@ -332,14 +387,16 @@ mod codec;
 mod connect;
 mod error;
 mod expirations;
+mod lease;
 mod link;
 mod nonblocking;
+mod op;
 mod prefix;
 mod reply;
 mod slots;
 mod wire;
 
-pub use builder::Builder;
+pub use builder::{Builder, DEFAULT_LEASE_TTL};
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
@@ -390,6 +447,10 @@ pub struct NearCache<K, V> {
     expirations: Option<Arc<Expirations<K>>>,
     /// The loads in flight of `get_or_insert_with_async`.
     flights: nonblocking::Flights<V>,
+    /// Fleet-wide loading: the lease TTL (`None`: leases off).
+    lease_ttl: Option<Duration>,
+    /// The callers waiting for a lease held elsewhere (shared with the links).
+    waiters: Arc<lease::Waiters>,
     /// Its entry in the process's table of prefixes in use.
     _prefix: PrefixClaim,
 }
@@ -472,11 +533,14 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
 
     /// The value of `key`, or, if Redis has none, `init()`'s value stored
     /// with `ttl`. At most one caller per key in this process runs `init` at
-    /// a time (others wait for its value). The value is stored with
-    /// `SET ... NX`: if another process stored one meanwhile, that one
-    /// stands and `init`'s is only returned (as
-    /// [`ExpireMap::get_or_insert_with`] does). A zero `ttl` returns the
-    /// value without storing it.
+    /// a time (others wait for its value), and with leases (the default)
+    /// at most one per key in the whole fleet: the others wait for its
+    /// value, or for its lease to lapse (see the crate docs, *Fleet-wide
+    /// loading*). `init`'s value is stored only while its lease is valid:
+    /// if another process wrote or removed the key meanwhile, that write
+    /// stands and `init`'s value is only returned. (Without leases it is
+    /// stored with `SET ... NX`.) A zero `ttl` returns the value without
+    /// storing it.
     ///
     /// `init` must not ask this cache for the same key (it would wait for
     /// itself, and panics instead).
@@ -511,6 +575,9 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         // makes waiters share the loader's value.
         self.near
             .try_get_or_insert_with(key.clone(), Duration::ZERO, || {
+                if let Some(lease_ttl) = self.lease_ttl {
+                    return self.load_leased(&key, ttl, lease_ttl, init);
+                }
                 let fetched = self
                     .links
                     .run(&key, &self.prefix, |l, asking| l.fetch(&key, asking))?;

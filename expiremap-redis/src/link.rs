@@ -46,8 +46,10 @@
 //!   on which.
 
 use crate::codec;
-use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_error, server_major};
+use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
 use crate::error::Error;
+use crate::lease;
+use crate::op::{self, Op, Reply};
 use crate::reply::{self, Receiver};
 use crate::wire::{ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
@@ -80,7 +82,7 @@ const SLACK: Duration = Duration::from_millis(2);
 
 /// Largest `PX` we send (about 35,000 years): the server refuses a deadline
 /// past `i64::MAX` ms.
-const MAX_PX_MS: u128 = 1 << 50;
+pub(crate) const MAX_PX_MS: u128 = 1 << 50;
 
 /// How many connect timeouts a call waits at most for the first attempt
 /// of a link to end (a connect is a TCP connect, maybe a TLS handshake,
@@ -90,65 +92,10 @@ const FIRST_ATTEMPT_WAIT: u32 = 4;
 /// Most time between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
-type Reply<T> = reply::Sender<T>;
-
-/// A command in flight, waiting for its reply.
-enum Op<K, V> {
-    Fetch {
-        key: K,
-        sent: u64,
-        tx: Reply<Option<V>>,
-    },
-    Set {
-        key: K,
-        value: V,
-        ttl: Duration,
-        sent: u64,
-        tx: Reply<bool>,
-    },
-    Del {
-        key: K,
-        tx: Reply<Option<V>>,
-    },
-    Ping {
-        sent: u64,
-    },
-    /// `ASKING`, sent before a command redirected by an `ASK` (a cluster's
-    /// slot in migration); its reply is dropped.
-    Asking,
-}
-
-impl<K, V> Op<K, V> {
-    fn key(&self) -> Option<&K> {
-        match self {
-            Op::Fetch { key, .. } | Op::Set { key, .. } | Op::Del { key, .. } => Some(key),
-            Op::Ping { .. } | Op::Asking => None,
-        }
-    }
-
-    fn fail(self, e: Error) {
-        match self {
-            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.send(Err(e)),
-            Op::Set { tx, .. } => tx.send(Err(e)),
-            Op::Ping { .. } | Op::Asking => {}
-        }
-    }
-
-    /// The waker of an awaited call past its deadline (see
-    /// [`reply::Sender::expire`]).
-    fn expire(&self, now: Instant) -> Option<Waker> {
-        match self {
-            Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.expire(now),
-            Op::Set { tx, .. } => tx.expire(now),
-            Op::Ping { .. } | Op::Asking => None,
-        }
-    }
-}
-
 /// The live connection: its write half and the calls waiting on it.
-struct Conn<K, V> {
+pub(crate) struct Conn<K, V> {
     stream: WriteHalf,
-    pending: VecDeque<Op<K, V>>,
+    pub(crate) pending: VecDeque<Op<K, V>>,
     /// When the ping in flight was sent.
     ping_sent: Option<u64>,
     last_ping: u64,
@@ -294,7 +241,10 @@ where
         if self.connected() {
             return Ok(());
         }
-        match lock(&self.last_error).clone() {
+        // The guard is dropped before `down` takes the lock again (a
+        // guard in a `match`'s scrutinee would live through its arms).
+        let last = lock(&self.last_error).clone();
+        match last {
             Some(e) => Err(Some(e)),
             None if self.closed() => Err(None),
             None => Err(Some(self.down())),
@@ -333,10 +283,21 @@ where
     /// awaiting), at most the call timeout. A call that times out leaves
     /// its op queued: the reply, if it comes, is applied (and its near copy
     /// stored) as any other.
-    fn call<T>(
+    pub(crate) fn call<T>(
         &self,
         cmd: &[u8],
         asking: bool,
+        make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
+    ) -> Result<Receiver<T>, Error> {
+        self.call_after(cmd, asking, 0, make)
+    }
+
+    /// [`call`](Self::call) for `skipped + 1` commands (`MULTI`...`EXEC`).
+    pub(crate) fn call_after<T>(
+        &self,
+        cmd: &[u8],
+        asking: bool,
+        skipped: usize,
         make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
     ) -> Result<Receiver<T>, Error> {
         let (tx, rx) = reply::channel(self.cfg.call_timeout);
@@ -352,6 +313,7 @@ where
                 conn.stream.shutdown();
             }
         }
+        conn.pending.extend((0..skipped).map(|_| Op::Asking));
         conn.pending.push_back(make(sent, tx));
         if conn.stream.send(cmd).is_err() {
             // The reader sees the shutdown and fails every pending op,
@@ -394,24 +356,53 @@ where
         let name = codec::redis_key(&self.cfg.prefix, &key)?;
         let bytes = codec::encode_value(&value)?;
         let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS);
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(name).arg(bytes).arg("PX").arg(ms as u64);
-        if nx {
-            cmd.arg("NX");
-        }
-        self.call(&cmd.get_packed_command(), asking, |sent, tx| Op::Set {
+        let mut set = redis::cmd("SET");
+        set.arg(&name).arg(bytes).arg("PX").arg(ms as u64);
+        let (cmd, skipped, step) = if nx {
+            set.arg("NX");
+            (set.get_packed_command(), 0, op::PUT_NX)
+        } else if asking {
+            // A slot in migration refuses a transaction over keys it lacks
+            // (`TRYAGAIN`): the lease's `DEL`, then the `SET` (see `lease`).
+            let mut cmd = redis::cmd("DEL")
+                .arg(lease::name_of(&name))
+                .get_packed_command();
+            cmd.extend(b"*1\r\n$6\r\nASKING\r\n");
+            cmd.extend(set.get_packed_command());
+            (cmd, 2, op::PUT_ASKING)
+        } else {
+            // Voids the key's lease, atomically (see `lease`: no script).
+            let mut cmd = redis::cmd("MULTI").get_packed_command();
+            cmd.extend(set.get_packed_command());
+            cmd.extend(
+                redis::cmd("DEL")
+                    .arg(lease::name_of(&name))
+                    .get_packed_command(),
+            );
+            cmd.extend(redis::cmd("EXEC").get_packed_command());
+            (cmd, 3, op::PUT)
+        };
+        self.call_after(&cmd, asking, skipped, |sent, tx| Op::Set {
             key,
             value,
             ttl,
             sent,
             tx,
+            step,
+            aborted: None,
         })
     }
 
-    /// `GETDEL name`.
+    /// `GETDEL name`, voiding the key's lease in the same script.
     pub(crate) fn del(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
-        let cmd = redis::cmd("GETDEL").arg(name).get_packed_command();
+        let lease = lease::name_of(&name);
+        let cmd = redis::cmd("EVAL")
+            .arg(lease::REMOVE)
+            .arg(2)
+            .arg(name)
+            .arg(lease)
+            .get_packed_command();
         self.call(&cmd, asking, |_, tx| Op::Del {
             key: key.clone(),
             tx,
@@ -422,7 +413,7 @@ where
 
     /// Stores a near copy whose Redis key had `ttl` left (`None`: no
     /// expiry) when the command was sent at `sent`.
-    fn store(&self, key: K, value: V, sent: u64, ttl: Option<Duration>) {
+    pub(crate) fn store(&self, key: K, value: V, sent: u64, ttl: Option<Duration>) {
         let elapsed = Duration::from_nanos(self.clock.now().saturating_sub(sent));
         let left = match ttl {
             Some(t) => t.saturating_sub(elapsed + SLACK),
@@ -440,6 +431,9 @@ where
         match data.into_iter().next() {
             Some(Value::Array(names) | Value::Set(names)) => {
                 for name in names {
+                    if let Value::BulkString(name) = &name {
+                        self.cfg.waiters.wake(name);
+                    }
                     if let Value::BulkString(name) = name
                         && let Some(k) = codec::key_of::<K>(&self.cfg.prefix, &name)
                     {
@@ -448,7 +442,10 @@ where
                 }
             }
             // A null list: the server flushed its databases.
-            _ => self.near.clear(),
+            _ => {
+                self.near.clear();
+                self.cfg.waiters.wake_all();
+            }
         }
     }
 
@@ -457,7 +454,19 @@ where
             if let Some(k) = op.key() {
                 self.near.remove(k);
             }
-            return op.fail(Error::Server(server_error(&e)));
+            return match op {
+                // A command of a `MULTI` not queued: its `EXEC` fails with this.
+                Op::Asking => self.queue_refused(&e),
+                Op::Set {
+                    aborted: Some(first),
+                    tx,
+                    ..
+                } => tx.send(Err(first)),
+                op => {
+                    let e = op::at_step(&e, op.step());
+                    op.fail(e);
+                }
+            };
         }
         match op {
             Op::Asking => {}
@@ -469,34 +478,36 @@ where
                 let r = self.fetched(key, sent, reply);
                 tx.send(r);
             }
+            Op::Lease { key, sent, tx } => {
+                let r = self.leased(key, sent, reply);
+                tx.send(r);
+            }
+            Op::Release { tx } => tx.send(Ok(())),
             Op::Set {
                 key,
                 value,
                 ttl,
                 sent,
                 tx,
+                step,
+                ..
             } => {
-                let r = match reply {
-                    Value::Okay => {
+                let r = op::written(reply, step);
+                match r {
+                    Ok(true) => {
+                        self.wake_key(&key);
                         self.store(key, value, sent, Some(ttl));
-                        Ok(true)
                     }
-                    Value::SimpleString(s) if s == "OK" => {
-                        self.store(key, value, sent, Some(ttl));
-                        Ok(true)
-                    }
-                    Value::Nil => Ok(false),
-                    other => {
-                        self.near.remove(&key);
-                        Err(Error::Protocol(format!("SET answered {other:?}")))
-                    }
-                };
+                    Ok(false) => {}
+                    Err(_) => drop(self.near.remove(&key)),
+                }
                 tx.send(r);
             }
             Op::Del { key, tx } => {
                 self.near.remove(&key);
+                self.wake_key(&key);
                 let r = match reply {
-                    Value::Nil => Ok(None),
+                    Value::Nil | Value::Boolean(false) => Ok(None),
                     Value::BulkString(b) => codec::decode_value(&b).map(Some).map_err(|mut e| {
                         e.message.push_str(" (the key was deleted all the same)");
                         Error::from(e)
@@ -504,48 +515,6 @@ where
                     other => Err(Error::Protocol(format!("GETDEL answered {other:?}"))),
                 };
                 tx.send(r);
-            }
-        }
-    }
-
-    fn fetched(&self, key: K, sent: u64, reply: Value) -> Result<Option<V>, Error> {
-        let bad = |what: &Value| Error::Protocol(format!("fetch script answered {what:?}"));
-        let Value::Array(items) = &reply else {
-            self.near.remove(&key);
-            return Err(bad(&reply));
-        };
-        let (value, pttl) = match items.as_slice() {
-            [v, Value::Int(pttl)] => (v, *pttl),
-            _ => {
-                self.near.remove(&key);
-                return Err(bad(&reply));
-            }
-        };
-        match value {
-            Value::BulkString(bytes) => match codec::decode_value::<V>(bytes) {
-                Ok(v) => {
-                    let ttl = match pttl {
-                        -1 => None,
-                        ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
-                        // Gone between GET and PTTL cannot happen in a script;
-                        // keep no copy if it does.
-                        _ => Some(Duration::ZERO),
-                    };
-                    self.store(key, v.clone(), sent, ttl);
-                    Ok(Some(v))
-                }
-                Err(e) => {
-                    self.near.remove(&key);
-                    Err(e.into())
-                }
-            },
-            Value::Nil | Value::Boolean(false) => {
-                self.near.remove(&key);
-                Ok(None)
-            }
-            _ => {
-                self.near.remove(&key);
-                Err(bad(&reply))
             }
         }
     }
@@ -596,8 +565,9 @@ where
             }
         }
         // Invalidations may have been missed from the moment the connection
-        // broke: no near copy survives it.
+        // broke: no near copy survives it, and lease waits look again.
         self.near.clear();
+        self.cfg.waiters.wake_all();
         if let Some(t) = self.supervisor.get() {
             t.unpark();
         }
@@ -684,6 +654,7 @@ where
     /// Sends a ping when one is due; closes a connection whose ping went
     /// unanswered for [`Config::dead_after`].
     fn heartbeat(&self) {
+        self.cfg.waiters.expire(Instant::now());
         let now = self.clock.now();
         let mut link = self.link();
         let Some(conn) = link.as_mut() else { return };
@@ -785,7 +756,7 @@ where
 }
 
 impl<K, V> Shared<K, V> {
-    fn link(&self) -> MutexGuard<'_, Option<Conn<K, V>>> {
+    pub(crate) fn link(&self) -> MutexGuard<'_, Option<Conn<K, V>>> {
         self.link.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -829,3 +800,6 @@ impl<F: FnMut()> Drop for OnDrop<F> {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,6 +9,7 @@
 //! bytes, so that no `Hash` or `Eq` of the user's key runs under its lock.
 
 use crate::error::Error;
+use crate::lease::{self, Leased};
 use crate::{CacheKey, CacheValue, NearCache, codec};
 use std::any::Any;
 use std::collections::HashMap;
@@ -244,6 +245,53 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         }
     }
 
+    /// [`NearCache::load_leased`] awaiting. A future dropped while it holds
+    /// the lease gives it back.
+    async fn load_leased_async<E>(
+        &self,
+        key: &K,
+        ttl: Duration,
+        lease_ttl: Duration,
+        init: Option<impl Future<Output = Result<V, E>>>,
+    ) -> Result<V, E>
+    where
+        E: From<Error>,
+    {
+        let names = self.lease_names(key)?;
+        let token = lease::token();
+        loop {
+            let wait = self.waiters.register(names.clone());
+            let found = self
+                .links
+                .run_async(key, &self.prefix, |l, asking| {
+                    l.lease(key, &token, lease_ttl, asking)
+                })
+                .await?;
+            match found {
+                Leased::Value(v) => return Ok(v),
+                Leased::Mine => break,
+                Leased::Held(left) => wait.until(lease::patience(left, lease_ttl)).await,
+            }
+        }
+        let mut release = lease::Release {
+            cache: self,
+            key,
+            token: &token,
+            armed: true,
+        };
+        let init = init.expect("a caller leads at most once");
+        let v = init.await?;
+        if !ttl.is_zero() {
+            self.links
+                .run_async(key, &self.prefix, |l, asking| {
+                    l.store_leased(key.clone(), v.clone(), ttl, &token, asking)
+                })
+                .await?;
+            release.armed = false;
+        }
+        Ok(v)
+    }
+
     /// The leader's load: Redis once more (a value may have come since),
     /// then `init`, stored with `SET ... NX`.
     async fn load<E>(
@@ -255,6 +303,9 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     where
         E: From<Error>,
     {
+        if let Some(lease_ttl) = self.lease_ttl {
+            return self.load_leased_async(key, ttl, lease_ttl, init).await;
+        }
         let fetched = self
             .links
             .run_async(key, &self.prefix, |l, asking| l.fetch(key, asking))
