@@ -1,8 +1,9 @@
 //! Fleet-wide loading: several caches on separate connections stand for
 //! the processes of a fleet, against a real `redis-server` (and a real
 //! three-primary cluster). One load per hot key for all of them; a slow
-//! load that races a `remove` or a `put` never lands; a stuck holder holds
-//! the others up for at most the lease TTL, and its late write is refused.
+//! load that races a `remove` or a `put` never lands; a stuck holder, or a
+//! process killed while it holds a lease, holds the others up for at most
+//! the lease TTL, and a late write is refused.
 //! No timing is asserted: timeouts only bound hangs.
 
 mod common;
@@ -10,6 +11,8 @@ mod common;
 use common::cluster::Cluster;
 use common::{Server, eventually, within};
 use expiremap_redis::NearCache;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
@@ -199,6 +202,95 @@ fn a_stuck_holder_is_taken_over_after_the_lease_ttl_and_its_late_write_refused()
     let k = "k".to_string();
     assert_eq!(b.get(&k).unwrap(), Some(2));
     assert_eq!(a.get(&k).unwrap(), Some(2));
+}
+
+/// The child process of
+/// `a_holder_killed_mid_load_delays_the_others_by_at_most_the_lease_ttl`:
+/// with `EXPIREMAP_LEASE_CHILD` set to a server's URL, takes the lease of
+/// key `k` under `kl:` and loads until it is killed. Without it (a run of
+/// the ignored tests by hand), returns at once.
+#[test]
+#[ignore = "a child process of another test"]
+fn child_holds_a_lease_until_killed() {
+    let Ok(url) = std::env::var("EXPIREMAP_LEASE_CHILD") else {
+        return;
+    };
+    let cache: Cache = NearCache::builder(url)
+        .prefix("kl:")
+        .staleness_bound(HOUR)
+        .lease_ttl(KILLED_LEASE)
+        .build()
+        .expect("connect");
+    let _ = cache.get_or_insert_with("k".to_string(), HOUR, || {
+        println!("lease held");
+        loop {
+            thread::sleep(HOUR);
+        }
+    });
+}
+
+const KILLED_LEASE: Duration = Duration::from_millis(500);
+
+/// A process killed (`SIGKILL`: no release, no store) while its loader
+/// holds the lease delays the other processes by at most the lease TTL:
+/// the lease it leaves in Redis has at most that long to live, and the
+/// next caller waits it out and loads, once.
+#[test]
+fn a_holder_killed_mid_load_delays_the_others_by_at_most_the_lease_ttl() {
+    let s = Server::start();
+    /// Kills the child however the test ends.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Child(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "child_holds_a_lease_until_killed"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env("EXPIREMAP_LEASE_CHILD", s.url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the child process"),
+    );
+    let out = child.0.stdout.take().unwrap();
+    within("the child takes the lease", move || {
+        let mut lines = std::io::BufReader::new(out).lines();
+        while let Some(line) = lines.next().transpose().unwrap() {
+            if line.contains("lease held") {
+                return;
+            }
+        }
+        panic!("the child ended without taking the lease");
+    });
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    // What it left: its lease, with at most the lease TTL to live.
+    let mut raw = s.raw();
+    let names: Vec<Vec<u8>> = redis::cmd("KEYS").arg("kl:*").query(&mut raw).unwrap();
+    let leases: Vec<&Vec<u8>> = names
+        .iter()
+        .filter(|n| n.windows(6).any(|w| w == b":lease"))
+        .collect();
+    assert_eq!(leases.len(), 1, "{names:?}");
+    let left: i64 = redis::cmd("PTTL").arg(leases[0]).query(&mut raw).unwrap();
+    let ttl = KILLED_LEASE.as_millis() as i64;
+    assert!(0 < left && left <= ttl, "the lease has {left} ms left");
+    // Another process waits it out and loads, once.
+    let b = single(&s, "kl:", KILLED_LEASE);
+    let loads = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&loads);
+    let got = within("the takeover", move || {
+        b.get_or_insert_with("k".to_string(), HOUR, || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            2
+        })
+        .unwrap()
+    });
+    assert_eq!((got, loads.load(Ordering::SeqCst)), (2, 1));
 }
 
 /// A lease that lapses while its holder still loads: the holder's write,
