@@ -396,16 +396,8 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
             let mut stage = redis::cmd("EVAL");
             stage.arg(STAGE).arg(2).arg(lease).arg(&staging);
             stage.arg(token).arg(bytes).arg(ms);
-            let mut cmd = redis::cmd("MULTI").get_packed_command();
-            cmd.extend(stage.get_packed_command());
-            cmd.extend(
-                redis::cmd("RENAME")
-                    .arg(staging)
-                    .arg(name)
-                    .get_packed_command(),
-            );
-            cmd.extend(redis::cmd("EXEC").get_packed_command());
-            (cmd, 3, op::LEASE_STORE)
+            let rename = redis::cmd("RENAME").arg(staging).arg(name).clone();
+            (op::transaction(&[&stage, &rename]), 3, op::LEASE_STORE)
         };
         self.call_after(&cmd, asking, skipped, |sent, tx| Op::Set {
             key,

@@ -372,15 +372,8 @@ where
             (cmd, 2, op::PUT_ASKING)
         } else {
             // Voids the key's lease, atomically (see `lease`: no script).
-            let mut cmd = redis::cmd("MULTI").get_packed_command();
-            cmd.extend(set.get_packed_command());
-            cmd.extend(
-                redis::cmd("DEL")
-                    .arg(lease::name_of(&name))
-                    .get_packed_command(),
-            );
-            cmd.extend(redis::cmd("EXEC").get_packed_command());
-            (cmd, 3, op::PUT)
+            let del = redis::cmd("DEL").arg(lease::name_of(&name)).clone();
+            (op::transaction(&[&set, &del]), 3, op::PUT)
         };
         self.call_after(&cmd, asking, skipped, |sent, tx| Op::Set {
             key,

@@ -117,6 +117,17 @@ impl<K, V> Op<K, V> {
     }
 }
 
+/// `commands` packed as one transaction: `MULTI`, each of them, `EXEC`.
+/// Its reply is `EXEC`'s, after one `QUEUED` (or a refusal) per command.
+pub(crate) fn transaction(commands: &[&redis::Cmd]) -> Vec<u8> {
+    let mut packed = redis::cmd("MULTI").get_packed_command();
+    for c in commands {
+        packed.extend(c.get_packed_command());
+    }
+    packed.extend(redis::cmd("EXEC").get_packed_command());
+    packed
+}
+
 /// A server's error reply to the command of `step`, naming the step
 /// (`lease take (script): NOPERM ...`); a cluster's redirect (`MOVED`,
 /// `ASK`) is kept as the server wrote it, for it to be followed. The

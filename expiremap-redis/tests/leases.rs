@@ -40,6 +40,30 @@ fn clustered(c: &Cluster, prefix: &str) -> Cache {
         .expect("a cluster cache")
 }
 
+/// A load of `key` through `cache` on its own thread that, once it has
+/// started (its lease taken), holds until the returned sender sends, then
+/// loads `value`. Returns after the load has started.
+fn held_load(
+    cache: &Arc<Cache>,
+    key: &str,
+    value: u64,
+) -> (thread::JoinHandle<u64>, mpsc::Sender<()>) {
+    let (started_tx, started) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let (cache, key) = (Arc::clone(cache), key.to_string());
+    let load = thread::spawn(move || {
+        cache
+            .get_or_insert_with(key, HOUR, || {
+                started_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                value
+            })
+            .unwrap()
+    });
+    within("the held load starts", move || started.recv().unwrap());
+    (load, go)
+}
+
 /// `procs` caches × `threads` threads call `get_or_insert_with` on one hot
 /// key at once, `rounds` times (the key removed in between, as by an
 /// expiry): returns the loads of each round.
@@ -111,20 +135,8 @@ fn without_leases_each_process_loads() {
 /// A load that blocks until told, racing `write` from another cache:
 /// returns what the loader's call returned and what the fleet then reads.
 fn race(a: &Arc<Cache>, b: &Cache, key: &str, write: impl FnOnce(&Cache)) -> (u64, Option<u64>) {
-    let (started_tx, started) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let loader = {
-        let (a, key) = (Arc::clone(a), key.to_string());
-        thread::spawn(move || {
-            a.get_or_insert_with(key, HOUR, || {
-                started_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                1 // the old value, read before the write
-            })
-            .unwrap()
-        })
-    };
-    within("the load starts", move || started.recv().unwrap());
+    // 1: the old value, read before the write.
+    let (loader, go) = held_load(a, key, 1);
     write(b);
     go.send(()).unwrap();
     let returned = loader.join().unwrap();
@@ -175,20 +187,7 @@ fn a_stuck_holder_is_taken_over_after_the_lease_ttl_and_its_late_write_refused()
     let lease = Duration::from_millis(300);
     let a = Arc::new(single(&s, "st:", lease));
     let b = Arc::new(single(&s, "st:", lease));
-    let (started_tx, started) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let stuck = {
-        let a = Arc::clone(&a);
-        thread::spawn(move || {
-            a.get_or_insert_with("k".to_string(), HOUR, || {
-                started_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                1
-            })
-            .unwrap()
-        })
-    };
-    within("the stuck load starts", move || started.recv().unwrap());
+    let (stuck, go) = held_load(&a, "k", 1);
     // B finds the lease held, waits for it to lapse, then loads.
     let b2 = Arc::clone(&b);
     let got = within("the takeover", move || {
@@ -302,20 +301,7 @@ fn a_lapsed_lease_refuses_its_holders_late_write() {
     let lease = Duration::from_millis(100);
     let a = Arc::new(single(&s, "la:", lease));
     let b = single(&s, "la:", lease);
-    let (started_tx, started) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let late = {
-        let a = Arc::clone(&a);
-        thread::spawn(move || {
-            a.get_or_insert_with("k".to_string(), HOUR, || {
-                started_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                1
-            })
-            .unwrap()
-        })
-    };
-    within("the load starts", move || started.recv().unwrap());
+    let (late, go) = held_load(&a, "k", 1);
     // The lease was taken before the load started: this much later it
     // has lapsed on the server, whatever the machine's speed.
     thread::sleep(lease * 3);
