@@ -369,6 +369,18 @@ impl<K, V> Shard<K, V> {
         self.table.start(hash as u32)
     }
 
+    /// [`start`](Self::start) for a write: also hints the CPU to load the
+    /// vacant node a new entry would take (freed by an eviction, often on
+    /// another core, so a miss), so that the miss overlaps the clock read
+    /// and the probe instead of stalling the store.
+    #[inline]
+    pub(crate) fn start_write(&self, hash: u64) {
+        self.table.start(hash as u32);
+        if let Some(&index) = self.entries.free.last() {
+            self.entries.slab.prefetch_node(index);
+        }
+    }
+
     /// The value and exact deadline of the entry for `key`, live or not:
     /// the caller compares the deadline with the time.
     #[cfg(test)]
