@@ -444,8 +444,7 @@ where
         hash: u64,
     ) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64) {
         // The home slot is only a hint here: the write may grow the table.
-        let (guard, (), now) =
-            self.around(hash, |l| l.write(), |s| s.start_write(hash), Time::now);
+        let (guard, (), now) = self.around(hash, |l| l.write(), |s| s.start_write(hash), Time::now);
         (guard, now)
     }
 
