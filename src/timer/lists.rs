@@ -35,6 +35,9 @@ pub(crate) trait Links {
 /// with `R` bits per level.
 pub(crate) struct Lists<const R: u32> {
     /// List heads: `level * SLOTS + slot`, then the due list at `DUE`.
+    /// Empty (no allocation) until the first node is linked: a map has a
+    /// wheel per shard, and most of an empty shard's memory would be
+    /// these ~2.8 KB. Read through [`head`](Self::head).
     heads: Box<[u32]>,
     /// Per level, a bit per non-empty slot.
     slot_bits: Box<[u64]>,
@@ -55,11 +58,17 @@ impl<const R: u32> Lists<R> {
         #[allow(clippy::let_unit_value)]
         let () = Self::CHECK_R;
         Self {
-            heads: vec![NIL; Self::DUE + 1].into_boxed_slice(),
+            heads: Box::new([]),
             slot_bits: vec![0; Self::LEVELS].into_boxed_slice(),
             level_bits: 0,
             now,
         }
+    }
+
+    /// The head of `list`, `NIL` if it is empty (or nothing was ever linked).
+    #[inline]
+    fn head(&self, list: usize) -> u32 {
+        self.heads.get(list).copied().unwrap_or(NIL)
     }
 
     #[inline]
@@ -94,7 +103,7 @@ impl<const R: u32> Lists<R> {
     /// The first due node, if any (it stays linked).
     #[inline]
     pub(crate) fn first_due(&self) -> Option<u32> {
-        let head = self.heads[Self::DUE];
+        let head = self.head(Self::DUE);
         (head != NIL).then_some(head)
     }
 
@@ -110,7 +119,7 @@ impl<const R: u32> Lists<R> {
     /// `Some(now())` if something is due, otherwise a tick in
     /// `(now(), earliest deadline]`.
     pub(crate) fn next_wakeup(&self) -> Option<u64> {
-        if self.heads[Self::DUE] != NIL {
+        if self.head(Self::DUE) != NIL {
             return Some(self.now);
         }
         if self.level_bits == 0 {
@@ -142,7 +151,7 @@ impl<const R: u32> Lists<R> {
     /// `tick` (with others, at a level above 0), from its head; returns how
     /// many it wrote.
     pub(crate) fn list_nodes(&self, store: &impl Links, tick: u64, out: &mut [u32]) -> usize {
-        let head = self.heads[self.list_for(tick)];
+        let head = self.head(self.list_for(tick));
         let mut cur = head;
         let mut n = 0;
         while cur != NIL && n < out.len() {
@@ -181,8 +190,11 @@ impl<const R: u32> Lists<R> {
     /// Appends `index` to `list` (first in, first out).
     #[inline]
     fn push_back(&mut self, store: &mut impl Links, list: usize, index: u32) {
-        let head = self.heads[list];
+        let head = self.head(list);
         if head == NIL {
+            if self.heads.is_empty() {
+                self.heads = vec![NIL; Self::DUE + 1].into_boxed_slice();
+            }
             store.set_prev(index, index);
             store.set_next(index, index);
             self.heads[list] = index;
@@ -236,10 +248,10 @@ impl<const R: u32> Lists<R> {
     /// Moves the whole of `list` to the end of the due list, in O(1). Leaves
     /// the occupancy bits to the caller.
     fn splice_to_due(&mut self, store: &mut impl Links, list: usize) {
-        let head = std::mem::replace(&mut self.heads[list], NIL);
-        if head == NIL {
+        if self.head(list) == NIL {
             return;
         }
+        let head = std::mem::replace(&mut self.heads[list], NIL);
         let due = self.heads[Self::DUE];
         if due == NIL {
             self.heads[Self::DUE] = head;
@@ -337,7 +349,7 @@ impl<const R: u32> Lists<R> {
     #[cfg(test)]
     pub(crate) fn validate(&self, store: &impl Links, mut visit: impl FnMut(u32)) {
         for list in 0..=Self::DUE {
-            let head = self.heads[list];
+            let head = self.head(list);
             if list != Self::DUE {
                 let (level, slot) = (list / Self::SLOTS, list % Self::SLOTS);
                 let bit = self.slot_bits[level] & (1 << slot) != 0;
