@@ -17,7 +17,7 @@
 //! `get_many` against `get` at other batch sizes.
 //!
 //! Setup, as in the compare bench: keys `mix64(i)`, values `i`, TTL 1 h
-//! (nothing expires); ExpireMap with its defaults (4 shards per core);
+//! (nothing expires); ExpireMap with its defaults;
 //! moka `max_capacity(N)` with ahash; quick_cache with weight capacity 2N
 //! (its shards each get capacity/shards, so it needs the slack to hold all
 //! N; the bench checks that every subject holds all N).

@@ -96,7 +96,7 @@ fn renice_evictor() {
 struct Em(ExpireMap<u64, u64>);
 
 /// `SCALING_SHARDS=n`: `ExpireMap` with `n` shards instead of the default
-/// (four per core, rounded up to a power of two).
+/// (see `Builder::shards`).
 fn em_shards(b: expiremap::Builder<u64, u64>) -> expiremap::Builder<u64, u64> {
     match std::env::var("SCALING_SHARDS")
         .ok()

@@ -121,9 +121,26 @@ impl<K, V> Builder<K, V> {
     }
 }
 
+/// The default shard count on `cores` cores: 16 per core up to 256, at
+/// least 4 per core, a power of two. On 16 cores, puts of expiring keys at
+/// 16 threads ran 6.5-6.7 Mops/s with 64 shards (four per core) and
+/// 13.6-13.7 with 256; `get` 37 against 54 (BENCHMARKS.md, "16 cores").
+pub(crate) fn default_shards(cores: usize) -> usize {
+    let cores = cores.max(1);
+    let many = cores.saturating_mul(16).min(256);
+    many.max(cores.saturating_mul(4))
+        .min(MAX_SHARDS)
+        .next_power_of_two()
+}
+
 impl<K, V, S> Builder<K, V, S> {
-    /// Number of shards (a power of two). Default: four per available core,
-    /// rounded up to a power of two.
+    /// Number of shards (a power of two). Default: sixteen per available
+    /// core up to 256 shards, and never fewer than four per core, rounded up
+    /// to a power of two (32 on 2 cores, 256 on 16 to 64, 512 on 128).
+    /// Writes of expiring keys and reads of hot keys on many cores wait
+    /// less on shard locks with more shards (BENCHMARKS.md, "16 cores"); a
+    /// shard with nothing in it costs about 600 bytes, one that has held an
+    /// entry about 3.4 KB more. A bound of `n` entries caps the count at `n`.
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n);
         self
@@ -464,7 +481,7 @@ impl<K, V, S> Builder<K, V, S> {
     fn config(&self) -> Result<Config, BuildError> {
         let mut shards = match self.shards {
             Some(n) => n,
-            None => (crate::sync::available_parallelism() * 4).next_power_of_two(),
+            None => default_shards(crate::sync::available_parallelism()),
         };
         if shards == 0 || shards > MAX_SHARDS || !shards.is_power_of_two() {
             return Err(BuildError::Shards(shards));

@@ -59,8 +59,8 @@ const CHUNK: usize = 1024;
 const AHEAD: usize = 16;
 
 /// Most shards of a map whose batches `get_many` orders by counting keys
-/// per shard (see `Inner::by_shard`): the default of four shards per core
-/// up to 64 cores.
+/// per shard (see `Inner::by_shard`): the default shard count up to 64
+/// cores.
 const COUNTED_SHARDS: usize = 256;
 
 // A chunk's counts per shard fit a `u16`.

@@ -818,3 +818,31 @@ fn an_idle_shard_evicts_at_the_effective_deadline() {
         assert!(model.values().all(|m| floor <= until(m)), "floor {floor}");
     }
 }
+
+#[test]
+fn default_shards_are_sixteen_per_core_up_to_256_and_at_least_four_per_core() {
+    use super::builder::default_shards;
+    let got: Vec<usize> = [0, 1, 2, 3, 16, 64, 65, 128]
+        .into_iter()
+        .map(default_shards)
+        .collect();
+    assert_eq!(got, [16, 16, 32, 64, 256, 256, 512, 512]);
+    assert_eq!(default_shards(usize::MAX), crate::MAX_SHARDS);
+}
+
+#[test]
+fn a_wheel_allocates_its_list_heads_when_the_first_entry_arrives() {
+    let mut s: Shard<u64, u64> = Shard::new(19, 0, 0);
+    // Nothing linked: every query answers from the empty heads.
+    assert_eq!(s.next_wakeup(), None);
+    let mut out = Vec::new();
+    assert!(!s.evict(u64::MAX - 1, usize::MAX, &mut out).0);
+    assert!(out.is_empty());
+    assert!(matches!(
+        s.put_owned(h(1), 1, 1, 5 << 19, 0),
+        PutOutcome::Inserted
+    ));
+    assert!(s.next_wakeup().is_some());
+    assert!(!s.evict(6 << 19, usize::MAX, &mut out).0);
+    assert_eq!(out.len(), 1);
+}
