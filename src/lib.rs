@@ -82,7 +82,7 @@
 //! When the thread falls behind that promise (starved of CPU by request
 //! threads, or outpaced by many writers), the writers share its work: a
 //! write (`put`, `remove`, `expire`, a conditional put, a load's store) to a
-//! shard that no eviction has reached for one interval plus one precision
+//! shard that no eviction has drained for one interval plus one precision
 //! takes up to 8 of its due entries under the lock it already holds, and
 //! publishes them as `Expired` after the unlock. So memory stays bounded by
 //! the TTLs whether or not the thread gets CPU; the rule is the thread's

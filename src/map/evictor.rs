@@ -48,8 +48,8 @@ use std::time::Duration;
 /// lowest put p99.9. One under loom, like `EVICT_BATCH`.
 pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 8 };
 
-/// The ticks of `2^shift` ns a shard may go without an eviction before
-/// its writes take due entries (see [`Inner::take_due`]): the thread's
+/// The ticks of `2^shift` ns a shard may go without an eviction that
+/// leaves nothing due before its writes take due entries (see [`Inner::take_due`]): the thread's
 /// promise, one `interval` plus one `precision`, rounded up. Within it the
 /// due entries are the thread's, so a write costs nothing more while the
 /// thread keeps up; past it the thread is behind (starved of CPU, or
@@ -309,7 +309,7 @@ where
     }
 
     /// Under `shard`'s write lock, with `now` read under it by a write:
-    /// when no eviction has moved the shard's wheel for
+    /// when no eviction has drained the shard's due entries for
     /// [`writer_lag`] ticks (the thread is behind its
     /// own promise of one interval plus one precision), or an earlier
     /// write's eviction left entries due, takes up to [`WRITER_EVICT`] of

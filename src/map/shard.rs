@@ -84,17 +84,27 @@ fn hash_of<K, V>(slab: &Slab<K, V>) -> impl Fn(u32) -> u32 + '_ {
 
 /// The phase of shard `index` of `shards` (a power of two), in whole ticks.
 ///
-/// Every entry is re-placed once by a cascade when time enters its level-1
-/// wheel slot (64 ticks, ~34 ms at the default precision). With the same
-/// wheel geometry in every shard, all shards cascade in the same eviction
-/// pass: at 10^6 entries that pass took ~5.6 ms against ~1.6 ms for the
-/// others, and set the lateness tail. Numbering each shard's ticks from a
-/// different offset (a fraction of a level-1 slot) spreads the cascades
-/// evenly over the passes. The offset is a whole number of ticks, so tick
-/// boundaries, and with them eviction times, stay exactly where they were.
+/// Every entry is re-placed by a cascade when time enters its level-1
+/// wheel slot (64 ticks, ~34 ms at the default precision), and before that
+/// when time enters its level-2 slot (4,096 ticks, ~2.1 s), and so on up.
+/// With the same wheel geometry in every shard, all shards cascade in the
+/// same eviction pass: at 10^6 entries that pass took ~5.6 ms against ~1.6
+/// ms for the others, and set the lateness tail; a level-2 boundary walks
+/// every entry due in the next ~2.1 s at once (3 * 10^6 entries over 5 s:
+/// events 42 ms late). Numbering each shard's ticks from a different
+/// offset spreads the cascades over the passes: shard `i` of `n` takes the
+/// digit `d = i * 64 / n` at each of levels 0 to 4 (`d * (1 + 64 + ... +
+/// 64^4)`), so its level-1 boundaries fall `d` ticks into a level-1 slot,
+/// its level-2 boundaries `65 * d` into a level-2 slot, and so on. The
+/// offset is a whole number of ticks, so tick boundaries, and with them
+/// eviction times, stay exactly where they were.
 pub(crate) fn phase(index: usize, shards: usize) -> u64 {
-    let slots = crate::timer::Lists::<{ crate::timer::DEFAULT_LEVEL_BITS }>::SLOTS;
-    (index * slots / shards.max(1)) as u64 % slots as u64
+    const R: u32 = crate::timer::DEFAULT_LEVEL_BITS;
+    const SLOTS: usize = crate::timer::Lists::<R>::SLOTS;
+    // 1 + 64 + 64^2 + 64^3 + 64^4: one digit repeated at levels 0..=4.
+    const REPEAT: u64 = (1 << (5 * R)) / ((1 << R) - 1);
+    let digit = (index * SLOTS / shards.max(1)) as u64 % SLOTS as u64;
+    digit * REPEAT
 }
 
 /// The tick shift for a precision of `precision` ns: the largest `s` with
@@ -142,8 +152,9 @@ pub(crate) struct Shard<K, V> {
     /// Writes from this clock time on take due entries (see
     /// [`writers_evict`](Self::writers_evict)): the start of the tick
     /// `writer_lag` ticks after the wheel's, set by every
-    /// [`evict`](Self::evict); zero while a write's eviction left entries
-    /// due ([`writers_continue`](Self::writers_continue)).
+    /// [`evict`](Self::evict) that leaves nothing due; zero while a write's
+    /// eviction left entries due
+    /// ([`writers_continue`](Self::writers_continue)).
     writers_from: u64,
     /// How many ticks of no eviction make writes take due entries
     /// (`u64::MAX`, the default: never).
@@ -295,7 +306,7 @@ impl<K, V> Shard<K, V> {
     }
 
     /// This shard, whose writes take due entries once no eviction has
-    /// moved its wheel for `lag` ticks (see
+    /// drained it for `lag` ticks (see
     /// [`writers_evict`](Self::writers_evict)).
     pub(crate) fn writer_lag(mut self, lag: u64) -> Self {
         self.writer_lag = lag;
@@ -727,11 +738,16 @@ impl<K, V> Shard<K, V> {
         // tick_of(now) >= the wheel's tick, since the wheel's tick starts at
         // or before `now`: `move_to` goes forward or stays.
         let now_tick = self.entries.slab.tick_of(now);
-        self.writers_from = self.time_of(now_tick.saturating_add(self.writer_lag));
+        // Writes take due entries from `writer_lag` ticks after the last
+        // eviction that left none due: a pass still working through a
+        // backlog (a batch at a time, against writers that keep taking
+        // the lock) does not hold them off.
+        let drained = self.time_of(now_tick.saturating_add(self.writer_lag));
         let entries = &mut self.entries;
         entries.lists.move_to(&mut entries.slab, now_tick);
         for _ in 0..limit {
             let Some(index) = entries.lists.first_due() else {
+                self.writers_from = drained;
                 return (false, now);
             };
             if entries.slab.idle.is_some() {
@@ -779,7 +795,11 @@ impl<K, V> Shard<K, V> {
                 door: Door::Expired,
             });
         }
-        (entries.lists.first_due().is_some(), now)
+        let more = entries.lists.first_due().is_some();
+        if !more {
+            self.writers_from = drained;
+        }
+        (more, now)
     }
 
     /// After a write's bounded [`evict`](Self::evict) left entries due:
@@ -789,9 +809,10 @@ impl<K, V> Shard<K, V> {
     }
 
     /// Whether a write at `now` should take due entries (see
-    /// `evictor::take_due`): no eviction has moved the wheel for
-    /// `writer_lag` ticks (the thread is behind; any entry due now has
-    /// waited less than that), or an earlier write's eviction left entries
+    /// `evictor::take_due`): no eviction has left the shard with nothing
+    /// due for `writer_lag` ticks (the thread is behind, or working
+    /// through a backlog a batch at a time while writers keep the lock
+    /// busy), or an earlier write's eviction left entries
     /// due. One load of what a write has just touched and a comparison.
     #[inline]
     pub(crate) fn writers_evict(&self, now: u64) -> bool {

@@ -133,7 +133,7 @@ pub struct Stats {
     pub evicted: u64,
     /// Of `evicted`, the entries that writes took: a write (`put`,
     /// `remove`, `expire`, a conditional put, a load's store) to a shard
-    /// that no eviction has reached for one interval plus one precision
+    /// that no eviction has drained for one interval plus one precision
     /// (the thread is behind) takes a few due entries under the lock it
     /// already holds. The rest were the thread's or `evict_expired`'s.
     pub evicted_by_writers: u64,

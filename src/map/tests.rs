@@ -394,16 +394,32 @@ fn get_returns_the_exact_deadline() {
 }
 
 #[test]
-fn phases_spread_the_shards_over_one_level_one_slot() {
+fn phases_spread_the_shards_over_the_slots_of_levels_one_to_five() {
     use super::shard::phase;
-    // 16 shards: 4 ticks apart over the 64 ticks of a level-1 slot.
+    const REPEAT: u64 = 1 + 64 + 4096 + 262_144 + 16_777_216;
+    // 16 shards: 4 ticks apart over the 64 ticks of a level-1 slot, 260
+    // apart over the 4,096 of a level-2 slot, and so on to level 5.
     let p: Vec<u64> = (0..16).map(|i| phase(i, 16)).collect();
-    assert_eq!(p, (0..16).map(|i| 4 * i).collect::<Vec<u64>>());
+    assert_eq!(p, (0..16).map(|i| 4 * i * REPEAT).collect::<Vec<u64>>());
+    for level in 1..=5u32 {
+        let span = 64u64.pow(level);
+        let mut at: Vec<u64> = p.iter().map(|x| x % span).collect();
+        at.sort_unstable();
+        at.dedup();
+        assert_eq!(at.len(), 16, "level {level}: shards share a boundary");
+        // Evenly enough: no two boundaries (around the circle) closer than
+        // half the even spacing.
+        let wrap = at[0] + span - at[15];
+        let gap = at.windows(2).map(|w| w[1] - w[0]).chain([wrap]).min();
+        assert!(gap.unwrap() >= span / 32, "level {level}: {at:?}");
+    }
     assert_eq!(phase(0, 1), 0);
-    assert_eq!(phase(3, 4), 48);
-    // More shards than slots: neighbours share a phase, all below 64.
+    assert_eq!(phase(3, 4), 48 * REPEAT);
+    // More shards than slots: neighbours share a phase.
     assert_eq!(phase(1, 128), 0);
-    assert_eq!(phase(127, 128), 63);
+    assert_eq!(phase(127, 128), 63 * REPEAT);
+    // Far below the 2^62 that `Shard::new` allows.
+    assert!(phase(63, 64) < 1 << 31);
 }
 
 #[test]
@@ -415,7 +431,7 @@ fn a_phased_shard_evicts_exactly_like_an_unphased_one() {
     // The phase renumbers ticks; it must not move a single eviction. Each
     // deadline is evicted at the first multiple of 2^SHIFT after it, never
     // earlier, whatever the phase.
-    for phase in [0u64, 1, 17, 63] {
+    for phase in [0u64, 1, 17, 63, 63 * 0x104_1041, u64::MAX >> 3] {
         let mut s: Shard<u64, u64> = Shard::new(SHIFT, phase, 0);
         let deadlines = [
             1u64,
@@ -845,4 +861,31 @@ fn a_wheel_allocates_its_list_heads_when_the_first_entry_arrives() {
     assert!(s.next_wakeup().is_some());
     assert!(!s.evict(6 << 19, usize::MAX, &mut out).0);
     assert_eq!(out.len(), 1);
+}
+
+/// Writes take due entries from `writer_lag` ticks after the last eviction
+/// that left none due: an eviction that stops at its batch limit (a pass
+/// working through a backlog a batch at a time) does not hold them off,
+/// and one that drains the shard does.
+#[test]
+fn only_an_eviction_that_drains_the_shard_holds_writers_off() {
+    const LAG: u64 = 10;
+    let mut s: Shard<u64, u64> = Shard::new(SHIFT, 0, 0).writer_lag(LAG);
+    for k in 0..40 {
+        s.put_owned(h(k), k, k, P - 1, 0);
+    }
+    assert!(!s.writers_evict(LAG * P - 1));
+    assert!(s.writers_evict(LAG * P));
+    // Well past the lag, a batch that leaves entries due.
+    let mut out = Vec::new();
+    let late = 30 * P;
+    assert!(s.evict(late, 16, &mut out).0);
+    assert_eq!(out.len(), 16);
+    assert!(s.writers_evict(late), "a backlog is left: writers help");
+    // The batch that drains it holds them off for the lag from then.
+    assert!(!s.evict(late, 64, &mut out).0);
+    assert_eq!(out.len(), 40);
+    assert!(!s.writers_evict(late));
+    assert!(!s.writers_evict((30 + LAG) * P - 1));
+    assert!(s.writers_evict((30 + LAG) * P));
 }
