@@ -51,6 +51,27 @@ fn main() {
     }
     let map = builder.build();
     let mut sub = map.subscribe().expect("subscribe");
+    // A thread that sleeps 1 ms at a time and notes how far past that it
+    // woke: a machine that stops running threads for a while (a busy
+    // host under a VM) shows here as well as in the events, while the
+    // map's own delays show only in the events.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut worst = (0u64, 0u64); // (overslept ns, at)
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let before = clock.now();
+                std::thread::sleep(Duration::from_millis(1));
+                let after = clock.now();
+                let over = (after - before).saturating_sub(1_000_000);
+                if over > worst.0 {
+                    worst = (over, after);
+                }
+            }
+            worst
+        })
+    };
     let receiver = std::thread::spawn(move || {
         // (deadline, lateness) in ns, per event.
         let mut late = Vec::with_capacity(entries as usize);
@@ -73,6 +94,8 @@ fn main() {
     }
     let puts_done = clock.now();
     let by_deadline = receiver.join().unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (overslept, overslept_at) = probe.join().unwrap();
     let mut late: Vec<u64> = by_deadline.iter().map(|&(_, l)| l).collect();
     late.sort_unstable();
     let pct = |p: f64| late[((late.len() - 1) as f64 * p) as usize] as f64 / 1e6;
@@ -90,6 +113,11 @@ fn main() {
         late[late.len() - 1] as f64 / 1e6
     );
     println!("  map after: len {}, {:?}", map.len(), map.stats());
+    println!(
+        "  a 1 ms sleep on another thread overslept by at most {:.1} ms (woke at {:.0} ms)",
+        overslept as f64 / 1e6,
+        overslept_at as f64 / 1e6
+    );
     if worst > 0 {
         const WINDOW: u64 = 10_000_000;
         let mut windows = std::collections::BTreeMap::<u64, (u64, u64)>::new();
