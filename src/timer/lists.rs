@@ -34,11 +34,13 @@ pub(crate) trait Links {
 /// Circular doubly linked lists, one per `(level, slot)` plus the due list,
 /// with `R` bits per level.
 pub(crate) struct Lists<const R: u32> {
-    /// List heads: `level * SLOTS + slot`, then the due list at `DUE`.
-    /// Empty (no allocation) until the first node is linked: a map has a
-    /// wheel per shard, and most of an empty shard's memory would be
-    /// these ~2.8 KB. Read through [`head`](Self::head).
-    heads: Box<[u32]>,
+    /// List heads: the due list at `DUE` (0), then `1 + level * SLOTS +
+    /// slot`. Only as long as the highest level a node was linked at needs
+    /// (empty, with no allocation, until the first link): a map has a
+    /// wheel per shard, and all 11 levels' heads are ~2.8 KB where entries
+    /// that live for minutes use the first three or four (1 KB). Read
+    /// through [`head`](Self::head).
+    heads: Vec<u32>,
     /// Per level, a bit per non-empty slot.
     slot_bits: Box<[u64]>,
     /// A bit per level with at least one non-empty slot.
@@ -51,14 +53,17 @@ impl<const R: u32> Lists<R> {
     pub(crate) const LEVELS: usize = 64_usize.div_ceil(R as usize);
     const MASK: u64 = (1 << R) - 1;
     /// List id of the due list.
-    const DUE: usize = Self::LEVELS * Self::SLOTS;
+    const DUE: usize = 0;
+    /// The highest list id.
+    #[cfg(test)]
+    const LAST: usize = Self::LEVELS * Self::SLOTS;
     const CHECK_R: () = assert!(R >= 1 && R <= 6, "R must be in 1..=6");
 
     pub(crate) fn new(now: u64) -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::CHECK_R;
         Self {
-            heads: Box::new([]),
+            heads: Vec::new(),
             slot_bits: vec![0; Self::LEVELS].into_boxed_slice(),
             level_bits: 0,
             now,
@@ -69,6 +74,19 @@ impl<const R: u32> Lists<R> {
     #[inline]
     fn head(&self, list: usize) -> u32 {
         self.heads.get(list).copied().unwrap_or(NIL)
+    }
+
+    /// The id of `(level, slot)`'s list.
+    #[inline]
+    fn list_id(level: usize, slot: usize) -> usize {
+        1 + level * Self::SLOTS + slot
+    }
+
+    /// The `(level, slot)` of a list other than the due list.
+    #[inline]
+    fn level_slot(list: usize) -> (usize, usize) {
+        debug_assert_ne!(list, Self::DUE);
+        ((list - 1) / Self::SLOTS, (list - 1) % Self::SLOTS)
     }
 
     #[inline]
@@ -140,7 +158,7 @@ impl<const R: u32> Lists<R> {
     /// Makes every linked node due (for draining), in deadline order across
     /// bins after what is due already.
     pub(crate) fn all_due(&mut self, store: &mut impl Links) {
-        for list in 0..Self::DUE {
+        for list in 1..self.heads.len() {
             self.splice_to_due(store, list);
         }
         self.slot_bits.fill(0);
@@ -184,7 +202,7 @@ impl<const R: u32> Lists<R> {
         let bit = 63 - (deadline ^ self.now).leading_zeros();
         let level = bit / R;
         let slot = (deadline >> (level * R)) & Self::MASK;
-        level as usize * Self::SLOTS + slot as usize
+        Self::list_id(level as usize, slot as usize)
     }
 
     /// Appends `index` to `list` (first in, first out).
@@ -192,8 +210,8 @@ impl<const R: u32> Lists<R> {
     fn push_back(&mut self, store: &mut impl Links, list: usize, index: u32) {
         let head = self.head(list);
         if head == NIL {
-            if self.heads.is_empty() {
-                self.heads = vec![NIL; Self::DUE + 1].into_boxed_slice();
+            if list >= self.heads.len() {
+                self.grow_heads(list);
             }
             store.set_prev(index, index);
             store.set_next(index, index);
@@ -225,10 +243,21 @@ impl<const R: u32> Lists<R> {
         }
     }
 
+    /// Makes room for `list`'s head and those of the rest of its level.
+    #[cold]
+    #[inline(never)]
+    fn grow_heads(&mut self, list: usize) {
+        let len = match list {
+            Self::DUE => 1,
+            _ => Self::list_id(Self::level_slot(list).0 + 1, 0),
+        };
+        self.heads.resize(len.max(self.heads.len()), NIL);
+    }
+
     #[inline]
     fn mark_occupied(&mut self, list: usize) {
         if list != Self::DUE {
-            let (level, slot) = (list / Self::SLOTS, list % Self::SLOTS);
+            let (level, slot) = Self::level_slot(list);
             self.slot_bits[level] |= 1 << slot;
             self.level_bits |= 1 << level;
         }
@@ -237,7 +266,7 @@ impl<const R: u32> Lists<R> {
     #[inline]
     fn mark_empty(&mut self, list: usize) {
         if list != Self::DUE {
-            let (level, slot) = (list / Self::SLOTS, list % Self::SLOTS);
+            let (level, slot) = Self::level_slot(list);
             self.slot_bits[level] &= !(1 << slot);
             if self.slot_bits[level] == 0 {
                 self.level_bits &= !(1 << level);
@@ -285,7 +314,7 @@ impl<const R: u32> Lists<R> {
             while slots != 0 {
                 let slot = slots.trailing_zeros() as usize;
                 slots &= slots - 1;
-                self.splice_to_due(store, level * Self::SLOTS + slot);
+                self.splice_to_due(store, Self::list_id(level, slot));
             }
             self.level_bits &= !(1 << level);
         }
@@ -311,10 +340,10 @@ impl<const R: u32> Lists<R> {
         while slots != 0 {
             let slot = slots.trailing_zeros() as usize;
             slots &= slots - 1;
-            self.splice_to_due(store, level * Self::SLOTS + slot);
+            self.splice_to_due(store, Self::list_id(level, slot));
         }
         let mut remaining = occupied & !between;
-        let recheck = level * Self::SLOTS + new_digit as usize;
+        let recheck = Self::list_id(level, new_digit as usize);
         let head = if lm != 0 && occupied & (1 << new_digit) != 0 {
             remaining &= !(1 << new_digit);
             std::mem::replace(&mut self.heads[recheck], NIL)
@@ -334,7 +363,7 @@ impl<const R: u32> Lists<R> {
                 // before this node's re-link (whose branches may stall).
                 store.prefetch_node(next);
                 let list = self.list_for(store.deadline(cur));
-                debug_assert!(list == Self::DUE || list / Self::SLOTS < level);
+                debug_assert!(list == Self::DUE || Self::level_slot(list).0 < level);
                 self.push_back(store, list, cur);
                 if cur == tail {
                     break;
@@ -348,10 +377,10 @@ impl<const R: u32> Lists<R> {
     /// linked node; panics with a description if one fails. Test-only.
     #[cfg(test)]
     pub(crate) fn validate(&self, store: &impl Links, mut visit: impl FnMut(u32)) {
-        for list in 0..=Self::DUE {
+        for list in 0..=Self::LAST {
             let head = self.head(list);
             if list != Self::DUE {
-                let (level, slot) = (list / Self::SLOTS, list % Self::SLOTS);
+                let (level, slot) = Self::level_slot(list);
                 let bit = self.slot_bits[level] & (1 << slot) != 0;
                 assert_eq!(bit, head != NIL, "slot bit mismatch at list {list}");
             }

@@ -520,8 +520,9 @@ fn crowded_slot_is_redistributed_without_loss() {
 fn r1_places_timers_in_hitime_bins() {
     let mut w: TimerWheel<(), 1> = TimerWheel::with_level_bits(0b1010_0000);
     let id = w.insert(0b1100_0000, ());
-    // msb(0b1100_0000 ^ 0b1010_0000) = 6: bin 6, digit 1.
-    assert_eq!(w.lists.list_for(0b1100_0000), 6 * 2 + 1);
+    // msb(0b1100_0000 ^ 0b1010_0000) = 6: bin 6, digit 1 (list ids
+    // count from 1, after the due list's 0).
+    assert_eq!(w.lists.list_for(0b1100_0000), 1 + 6 * 2 + 1);
     assert_eq!(w.deadline(id), Some(0b1100_0000));
     assert_eq!(w.next_wakeup(), Some(0b1100_0000));
 }
