@@ -121,22 +121,23 @@ impl<K, V> Builder<K, V> {
     }
 }
 
-/// The default shard count on `cores` cores: 16 per core up to 256, at
+/// The default shard count on `cores` cores: 64 per core up to 256, at
 /// least 4 per core, a power of two. On 16 cores, puts of expiring keys at
 /// 16 threads ran 6.5-6.7 Mops/s with 64 shards (four per core) and
 /// 13.6-13.7 with 256; `get` 37 against 54 (BENCHMARKS.md, "16 cores").
+/// On 2 cores, 2 threads, 2.34-2.85 with 128 shards and 1.94-2.03 with 32.
 pub(crate) fn default_shards(cores: usize) -> usize {
     let cores = cores.max(1);
-    let many = cores.saturating_mul(16).min(256);
+    let many = cores.saturating_mul(64).min(256);
     many.max(cores.saturating_mul(4))
         .min(MAX_SHARDS)
         .next_power_of_two()
 }
 
 impl<K, V, S> Builder<K, V, S> {
-    /// Number of shards (a power of two). Default: sixteen per available
-    /// core up to 256 shards, and never fewer than four per core, rounded up
-    /// to a power of two (32 on 2 cores, 256 on 16 to 64, 512 on 128).
+    /// Number of shards (a power of two). Default: 64 per available core
+    /// up to 256 shards, and never fewer than four per core, rounded up to
+    /// a power of two (128 on 2 cores, 256 on 4 to 64, 512 on 128).
     /// Writes of expiring keys and reads of hot keys on many cores wait
     /// less on shard locks with more shards (BENCHMARKS.md, "16 cores"); a
     /// shard with nothing in it costs about 600 bytes, one that has held an

@@ -836,13 +836,13 @@ fn an_idle_shard_evicts_at_the_effective_deadline() {
 }
 
 #[test]
-fn default_shards_are_sixteen_per_core_up_to_256_and_at_least_four_per_core() {
+fn default_shards_are_64_per_core_up_to_256_and_at_least_four_per_core() {
     use super::builder::default_shards;
     let got: Vec<usize> = [0, 1, 2, 3, 16, 64, 65, 128]
         .into_iter()
         .map(default_shards)
         .collect();
-    assert_eq!(got, [16, 16, 32, 64, 256, 256, 512, 512]);
+    assert_eq!(got, [64, 64, 128, 256, 256, 256, 512, 512]);
     assert_eq!(default_shards(usize::MAX), crate::MAX_SHARDS);
 }
 
