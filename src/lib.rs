@@ -225,7 +225,7 @@
 //! An entry lives in one slab node of its shard, which is also its timer
 //! wheel node: key, value, exact deadline and two `u32` links, nothing else.
 //! Beside each node the slab keeps the key's 32 hash bits (in a parallel
-//! array, so a read touches only the node). Nodes live in chunks of 4,096
+//! array, so a read touches only the node). Nodes live in chunks of 1,024
 //! that never move, so the slab's slack is at most one partly used chunk per
 //! shard. The hash table (linear probing, between 1/2 and 3/4 full: it grows
 //! by 3/2 and 4/3 in turn) stores 4 bytes per slot: the node's index and,
@@ -237,7 +237,7 @@
 //!         (deadline 8, prev 4, next 4), plus 4 bytes of hash beside it
 //! table = 4 bytes per slot, 1.33 to 2 slots per entry
 //! bytes/entry ~= node + 4 + 5.3..8 (+ 4 per freed node)
-//!                + shards * 4096 * (node + 4) / entries (the last chunks' slack)
+//!                + shards * 1024 * (node + 4) / entries (the last chunks' slack)
 //! ```
 //!
 //! For `u64 -> u64` a node is 32 bytes. Measured for `ExpireMap<u64, u64>`

@@ -34,7 +34,7 @@ fn bytes_for(n: u64, bounded: bool) -> (f64, f64) {
 }
 
 /// The crate docs' formula for `u64 -> u64`: 32-byte nodes and their 4 hash
-/// bytes, plus at most one partly used chunk of 4,096 of them per shard, and
+/// bytes, plus at most one partly used chunk of 1,024 of them per shard, and
 /// a table of 4-byte slots at least 1/2 full. The sizes are unlucky for
 /// doubling growth:
 ///
@@ -49,7 +49,7 @@ fn bytes_per_entry_stay_within_the_documented_bound() {
     for n in [8 * 25_500, 8 * 70_000] {
         let (bytes, _) = bytes_for(n, false);
         let n = n as f64;
-        let nodes = 36.0 * n + SHARDS * 4_096.0 * 36.0;
+        let nodes = 36.0 * n + SHARDS * 1_024.0 * 36.0;
         let table = 4.0 * n * 2.0;
         let fixed = 64.0 * 1024.0; // lists, locks, the shard array
         let bound = nodes + table + fixed;
