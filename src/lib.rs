@@ -244,8 +244,8 @@
 //! (counting allocator, `cargo run --release --example memory -- N`):
 //! **42.9 bytes per entry** at 10^6 entries in 8 shards, 41.8–44.7 from
 //! 6 × 10^5 to 2 × 10^6 (a `RwLock<HashMap<u64, u64>>` takes 35.7 at
-//! 10^6), 55.1 at 10^5 (the last chunks weigh more); 44.1 at 10^6 in the
-//! 32 shards that are the default on 2 cores.
+//! 10^6), 55.1 at 10^5 (the last chunks weigh more); 44.2 at 10^6 in the
+//! 128 shards that are the default on 2 cores.
 //! `tests/memory.rs` checks the formula's bound. The
 //! event ring costs nothing until the first `subscribe`.
 //!

@@ -138,10 +138,13 @@ impl<K, V, S> Builder<K, V, S> {
     /// Number of shards (a power of two). Default: 64 per available core
     /// up to 256 shards, and never fewer than four per core, rounded up to
     /// a power of two (128 on 2 cores, 256 on 4 to 64, 512 on 128).
-    /// Writes of expiring keys and reads of hot keys on many cores wait
-    /// less on shard locks with more shards (BENCHMARKS.md, "16 cores"); a
-    /// shard with nothing in it costs about 600 bytes, one that has held an
-    /// entry about 3.4 KB more. A bound of `n` entries caps the count at `n`.
+    /// Writes of expiring keys, and reads of hot keys on many cores, wait
+    /// less on shard locks with more shards (BENCHMARKS.md, "16 cores").
+    /// The price is memory in small maps: a shard with nothing in it costs
+    /// about 500 bytes, and its first entries add their timer lists (~1 KB
+    /// for TTLs of an hour) and a first slab chunk and table; a map of
+    /// 1,000 entries in 128 shards allocates ~290 KB. Set fewer shards for
+    /// many small maps. A bound of `n` entries caps the count at `n`.
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n);
         self
