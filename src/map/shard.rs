@@ -747,8 +747,7 @@ impl<K, V> Shard<K, V> {
         entries.lists.move_to(&mut entries.slab, now_tick);
         for _ in 0..limit {
             let Some(index) = entries.lists.first_due() else {
-                self.writers_from = drained;
-                return (false, now);
+                break;
             };
             if entries.slab.idle.is_some() {
                 // Read since its timer was set: its effective deadline moved

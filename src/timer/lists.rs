@@ -251,7 +251,8 @@ impl<const R: u32> Lists<R> {
             Self::DUE => 1,
             _ => Self::list_id(Self::level_slot(list).0 + 1, 0),
         };
-        self.heads.resize(len.max(self.heads.len()), NIL);
+        debug_assert!(len > self.heads.len());
+        self.heads.resize(len, NIL);
     }
 
     #[inline]
@@ -277,10 +278,11 @@ impl<const R: u32> Lists<R> {
     /// Moves the whole of `list` to the end of the due list, in O(1). Leaves
     /// the occupancy bits to the caller.
     fn splice_to_due(&mut self, store: &mut impl Links, list: usize) {
-        if self.head(list) == NIL {
+        let head = self.head(list);
+        if head == NIL {
             return;
         }
-        let head = std::mem::replace(&mut self.heads[list], NIL);
+        self.heads[list] = NIL;
         let due = self.heads[Self::DUE];
         if due == NIL {
             self.heads[Self::DUE] = head;
