@@ -93,6 +93,22 @@ const MIN_SLOTS: usize = 8;
 const MAX_SLOTS: u64 = 1 << 32;
 
 /// The slot count after `len`: [`MIN_SLOTS`] first, then 3/2 of a power of
+/// Slots below which a table grows all at once: re-placing up to 12,288
+/// entries takes well under a millisecond. Larger tables grow a step at a
+/// time. Small under `cfg(test)`, so the unit tests of the table and the
+/// shard grow step by step all the time.
+const INCREMENTAL_FROM: usize = if cfg!(test) { 16 } else { 1 << 14 };
+
+/// Old slots a write moves on while a table grows step by step. A growth
+/// by 4/3 leaves room for a quarter of the old slot count in new entries
+/// before the new table is 3/4 full, so anything above 4 finishes first
+/// (see [`Table::probe`]): at 64 the old slots are gone after 1/64 of
+/// their count in writes, and a step (about 48 entries) takes on the order
+/// of a microsecond. Under `cfg(test)` 3, so that the tables of unit tests
+/// spend many operations growing.
+const MIGRATE_STEP: usize = if cfg!(test) { 3 } else { 64 };
+
+/// The slot count after `len`: [`MIN_SLOTS`] first, then 3/2 of a power of
 /// two and 4/3 of the others (8, 12, 16, 24, ..., 2^31, 3 * 2^30, 2^32).
 fn next_len(len: usize) -> usize {
     if len < MIN_SLOTS {
@@ -102,6 +118,74 @@ fn next_len(len: usize) -> usize {
     } else {
         len + len / 3
     }
+}
+
+/// The home slot of hash bits `h32` in a table of `n` slots: the Fibonacci
+/// hash as a fraction of 2^32, times `n`.
+#[inline]
+fn home_in(n: usize, h32: u32) -> usize {
+    // < 2^32 * n / 2^32 = n, and n <= 2^32 fits the product.
+    ((u64::from(h32.wrapping_mul(GOLDEN)) * n as u64) >> 32) as usize
+}
+
+/// The slot after `i` in a table of `n` slots, wrapping at the end.
+#[inline]
+fn next_in(n: usize, i: usize) -> usize {
+    let j = i + 1;
+    if j == n { 0 } else { j }
+}
+
+/// How many steps forward, wrapping, from slot `from` to slot `to` in a
+/// table of `n` slots.
+#[inline]
+fn distance_in(n: usize, from: usize, to: usize) -> usize {
+    if to >= from { to - from } else { to + n - from }
+}
+
+/// Walks the cluster of `slots` from `home`: `Ok((position, index))` of the
+/// slot whose tag bits equal `tag` and whose index satisfies `eq`, or
+/// `Err(position)` of the empty slot that ends the walk.
+#[inline]
+fn scan_in(
+    slots: &[u32],
+    home: usize,
+    tag: u32,
+    index_mask: u32,
+    mut eq: impl FnMut(u32) -> bool,
+) -> Result<(usize, u32), usize> {
+    let mut i = home;
+    loop {
+        let s = slots[i];
+        if s == EMPTY {
+            return Err(i);
+        }
+        if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
+            return Ok((i, s & index_mask));
+        }
+        i = next_in(slots.len(), i);
+    }
+}
+
+/// Empties slot `hole` of `slots` and shifts back the later members of its
+/// cluster whose probe passed over it, so no lookup ever stops early.
+fn remove_in(slots: &mut [u32], mut hole: usize, index_mask: u32, hash_of: impl Fn(u32) -> u32) {
+    let n = slots.len();
+    let mut j = hole;
+    loop {
+        j = next_in(n, j);
+        let s = slots[j];
+        if s == EMPTY {
+            break;
+        }
+        // `s` may fill the hole unless its home lies cyclically in
+        // (hole, j]: then its probe never passed the hole.
+        let home = home_in(n, hash_of(s & index_mask));
+        if distance_in(n, home, j) >= distance_in(n, hole, j) {
+            slots[hole] = s;
+            hole = j;
+        }
+    }
+    slots[hole] = EMPTY;
 }
 
 /// The home slot of a lookup, from [`Table::start`].
@@ -116,6 +200,20 @@ pub(crate) enum Probe {
     Vacant(usize),
 }
 
+/// The slots a growing table has not yet moved into its new ones.
+#[derive(Debug, Default)]
+struct Old {
+    /// The slots before the growth; none once every held one has moved.
+    slots: Box<[u32]>,
+    /// Held slots left in `slots`: zero exactly when no growth is under way.
+    len: usize,
+    /// Where the next step starts. Every slot from the growth's start up to
+    /// here (in wrapping order) is empty, and a step ends only at an empty
+    /// slot, so the clusters from here on are whole: a lookup in `slots`
+    /// still finds what they hold.
+    cursor: usize,
+}
+
 /// A linear-probing table of `tag | slab index` slots.
 #[derive(Debug)]
 pub(crate) struct Table {
@@ -126,8 +224,12 @@ pub(crate) struct Table {
     /// meets an empty slot.
     slots: Box<[u32]>,
     /// The index bits of a slot (`2^b - 1`); the other bits are the tag.
+    /// Both tables of a growth share them.
     index_mask: u32,
+    /// Held slots in `slots`.
     len: usize,
+    /// While a large table grows: the old slots not yet moved.
+    old: Old,
 }
 
 impl Table {
@@ -136,6 +238,7 @@ impl Table {
             slots: Box::new([EMPTY]),
             index_mask: (1 << MIN_INDEX_BITS) - 1,
             len: 0,
+            old: Old::default(),
         }
     }
 
@@ -154,37 +257,19 @@ impl Table {
             slots: vec![EMPTY; slots].into_boxed_slice(),
             index_mask: (1 << MIN_INDEX_BITS) - 1,
             len: 0,
+            old: Old::default(),
         }
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.len + self.old.len
     }
 
-    /// The slot where a probe for hash bits `h32` starts: the Fibonacci
-    /// hash as a fraction of 2^32, times the slot count.
+    /// The slot where a probe for hash bits `h32` starts.
     #[inline]
     fn home(&self, h32: u32) -> usize {
-        // < 2^32 * len / 2^32 = len, and len <= 2^32 fits the product.
-        ((u64::from(h32.wrapping_mul(GOLDEN)) * self.slots.len() as u64) >> 32) as usize
-    }
-
-    /// The slot after `i`, wrapping at the end.
-    #[inline]
-    fn next(&self, i: usize) -> usize {
-        let j = i + 1;
-        if j == self.slots.len() { 0 } else { j }
-    }
-
-    /// How many steps forward, wrapping, from slot `from` to slot `to`.
-    #[inline]
-    fn distance(&self, from: usize, to: usize) -> usize {
-        if to >= from {
-            to - from
-        } else {
-            to + self.slots.len() - from
-        }
+        home_in(self.slots.len(), h32)
     }
 
     /// The tag bits of hash bits `h32`, in place (index bits zero).
@@ -193,17 +278,8 @@ impl Table {
         (h32 ^ (h32 >> 16)).wrapping_mul(TAG_MUL) & !self.index_mask
     }
 
-    /// The position of the slot for hash bits `h32` whose index satisfies
-    /// `eq`, if any.
-    #[inline]
-    fn position(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<usize> {
-        self.scan(h32, eq).ok().map(|(at, _)| at)
-    }
-
-    /// Walks the cluster from the home slot of `h32`: `Ok((position,
-    /// index))` of the slot whose tag matches and whose index satisfies
-    /// `eq`, or `Err(position)` of the empty slot that ends the walk (every
-    /// table has one).
+    /// Walks the cluster from the home slot of `h32` in the new slots, as
+    /// [`scan_in`] does.
     #[inline]
     fn scan(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Result<(usize, u32), usize> {
         self.scan_from(self.home(h32), h32, eq)
@@ -215,20 +291,26 @@ impl Table {
         &self,
         home: usize,
         h32: u32,
-        mut eq: impl FnMut(u32) -> bool,
+        eq: impl FnMut(u32) -> bool,
     ) -> Result<(usize, u32), usize> {
-        let (index_mask, tag) = (self.index_mask, self.tag(h32));
-        let mut i = home;
-        loop {
-            let s = self.slots[i];
-            if s == EMPTY {
-                return Err(i);
-            }
-            if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
-                return Ok((i, s & index_mask));
-            }
-            i = self.next(i);
+        scan_in(&self.slots, home, self.tag(h32), self.index_mask, eq)
+    }
+
+    /// The index for `h32`/`eq` among the old slots of a growth under way.
+    #[inline]
+    fn find_old(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        if self.old.len == 0 {
+            return None;
         }
+        self.scan_old(h32, eq).ok().map(|(_, index)| index)
+    }
+
+    /// [`scan_in`] over the old slots (a growth is under way).
+    #[inline(never)]
+    fn scan_old(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Result<(usize, u32), usize> {
+        let old = &self.old.slots;
+        let home = home_in(old.len(), h32);
+        scan_in(old, home, self.tag(h32), self.index_mask, eq)
     }
 
     /// Hints the CPU to start loading the home slot of hash bits `h32`.
@@ -254,23 +336,31 @@ impl Table {
         &self,
         home: Home,
         h32: u32,
-        eq: impl FnMut(u32) -> bool,
+        mut eq: impl FnMut(u32) -> bool,
     ) -> Option<u32> {
         debug_assert_eq!(home.0, self.home(h32));
-        self.scan_from(home.0, h32, eq).ok().map(|(_, index)| index)
+        match self.scan_from(home.0, h32, &mut eq) {
+            Ok((_, index)) => Some(index),
+            Err(_) => self.find_old(h32, eq),
+        }
     }
 
     /// The slab index held for hash bits `h32` that satisfies `eq`.
     #[inline]
     pub(crate) fn find(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        self.scan(h32, eq).ok().map(|(_, index)| index)
+        self.find_from(Home(self.home(h32)), h32, eq)
     }
 
     /// Finds the index for `h32`/`eq`, or makes room for one more slot that
     /// may hold any index up to `max_index`, and returns where it goes.
     /// `hash_of(i)` gives the hash bits of every held index `i` (to re-place
-    /// slots when the table grows). If `eq` panics, the table is unchanged
-    /// apart from possibly having grown.
+    /// slots when the table grows). If `eq` panics, the table holds the
+    /// same entries, maybe further into a growth.
+    ///
+    /// While a growth is under way each probe first moves
+    /// [`MIGRATE_STEP`] old slots on. If the new slots would pass 3/4 full
+    /// before the old ones are gone (which the step size rules out for
+    /// inserts alone), the growth finishes at once and the next begins.
     ///
     /// # Panics
     ///
@@ -279,19 +369,25 @@ impl Table {
     pub(crate) fn probe(
         &mut self,
         h32: u32,
-        eq: impl FnMut(u32) -> bool,
+        mut eq: impl FnMut(u32) -> bool,
         max_index: u32,
         hash_of: impl Fn(u32) -> u32,
     ) -> Probe {
         if max_index >= self.index_mask {
             self.widen(max_index);
         }
-        if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.grow(hash_of);
+        if self.old.len != 0 {
+            self.migrate(MIGRATE_STEP, &hash_of);
         }
-        match self.scan(h32, eq) {
+        if (self.len + self.old.len + 1) * 4 > self.slots.len() * 3 {
+            self.grow(&hash_of);
+        }
+        match self.scan(h32, &mut eq) {
             Ok((_, index)) => Probe::Found(index),
-            Err(at) => Probe::Vacant(at),
+            Err(at) => match self.find_old(h32, eq) {
+                Some(index) => Probe::Found(index),
+                None => Probe::Vacant(at),
+            },
         }
     }
 
@@ -330,35 +426,37 @@ impl Table {
     pub(crate) fn remove(
         &mut self,
         h32: u32,
+        mut eq: impl FnMut(u32) -> bool,
+        hash_of: impl Fn(u32) -> u32,
+    ) -> Option<u32> {
+        match self.scan(h32, &mut eq) {
+            Ok((at, index)) => {
+                remove_in(&mut self.slots, at, self.index_mask, hash_of);
+                self.len -= 1;
+                Some(index)
+            }
+            Err(_) if self.old.len == 0 => None,
+            Err(_) => self.remove_old(h32, eq, hash_of),
+        }
+    }
+
+    /// [`remove`](Self::remove) among the old slots of a growth under way.
+    #[inline(never)]
+    fn remove_old(
+        &mut self,
+        h32: u32,
         eq: impl FnMut(u32) -> bool,
         hash_of: impl Fn(u32) -> u32,
     ) -> Option<u32> {
-        let at = self.position(h32, eq)?;
-        let index = self.slots[at] & self.index_mask;
-        self.remove_at(at, hash_of);
-        Some(index)
-    }
-
-    /// Empties slot `hole` and shifts back the later members of its cluster
-    /// whose probe passed over it, so no lookup ever stops early.
-    fn remove_at(&mut self, mut hole: usize, hash_of: impl Fn(u32) -> u32) {
-        let mut j = hole;
-        loop {
-            j = self.next(j);
-            let s = self.slots[j];
-            if s == EMPTY {
-                break;
-            }
-            // `s` may fill the hole unless its home lies cyclically in
-            // (hole, j]: then its probe never passed the hole.
-            let home = self.home(hash_of(s & self.index_mask));
-            if self.distance(home, j) >= self.distance(hole, j) {
-                self.slots[hole] = s;
-                hole = j;
-            }
+        let (at, index) = self.scan_old(h32, eq).ok()?;
+        // The shift stays inside the cluster of `at`, which lies past the
+        // growth's cursor: the moved-from slots stay empty.
+        remove_in(&mut self.old.slots, at, self.index_mask, hash_of);
+        self.old.len -= 1;
+        if self.old.len == 0 {
+            self.old = Old::default();
         }
-        self.slots[hole] = EMPTY;
-        self.len -= 1;
+        Some(index)
     }
 
     /// Gives slots enough index bits for `max_index`, taking them from the
@@ -379,35 +477,90 @@ impl Table {
         let added = index_mask & !self.index_mask;
         // Without a branch per slot (half of them are empty, at random): an
         // empty slot keeps all its bits.
-        for s in self.slots.iter_mut() {
+        for s in self.slots.iter_mut().chain(self.old.slots.iter_mut()) {
             *s &= !added | u32::from(*s == EMPTY).wrapping_neg();
         }
         self.index_mask = index_mask;
     }
 
     /// Moves to the next slot count ([`next_len`], up to [`MAX_SLOTS`]) and
-    /// re-places every slot by its key's hash bits. The home slot grows
-    /// with the hash, so the old slots, read in order, land roughly in
-    /// order: the new table fills front to back.
+    /// re-places every slot by its key's hash bits: all at once below
+    /// [`INCREMENTAL_FROM`] slots, else the first [`MIGRATE_STEP`] of them
+    /// now and the rest in the probes that follow. A growth still under way
+    /// finishes first.
     #[cold]
-    fn grow(&mut self, hash_of: impl Fn(u32) -> u32) {
+    fn grow(&mut self, hash_of: &impl Fn(u32) -> u32) {
+        if self.old.len != 0 {
+            self.migrate(usize::MAX, hash_of);
+        }
         if self.slots.len() as u64 >= MAX_SLOTS {
             return;
         }
         let n = next_len(self.slots.len());
-        let old = std::mem::replace(&mut self.slots, vec![EMPTY; n].into_boxed_slice());
-        // In blocks: compact the held slots without a branch per slot (a
-        // table half full is empty at random), read all their hash bits
-        // (independent loads into the slab, which overlap), then place
-        // them. A branch on each old slot, and each hash read waiting behind
-        // it, made growth a quarter of a 10^6-entry fill.
+        let slots = std::mem::replace(&mut self.slots, vec![EMPTY; n].into_boxed_slice());
+        let held = std::mem::replace(&mut self.len, 0);
+        if held == 0 {
+            return;
+        }
+        // A table at most 3/4 full has an empty slot; the growth starts
+        // just after it, at the start of a cluster.
+        let empty = slots.iter().position(|&s| s == EMPTY);
+        let empty = empty.expect("a growing table is at most 3/4 full");
+        let cursor = next_in(slots.len(), empty);
+        let budget = if slots.len() < INCREMENTAL_FROM {
+            usize::MAX
+        } else {
+            MIGRATE_STEP
+        };
+        self.old = Old {
+            slots,
+            len: held,
+            cursor,
+        };
+        self.migrate(budget, hash_of);
+    }
+
+    /// Moves held old slots into the new ones, from the cursor on: windows
+    /// of old slots until `budget` slots were read, then on to the end of
+    /// the cluster there, so every cluster is moved whole. Drops the old
+    /// slots once none is held.
+    ///
+    /// In blocks: compact the held slots of a window without a branch per
+    /// slot (a table half full is empty at random), read all their hash
+    /// bits (independent loads into the slab, which overlap), then place
+    /// them. The home slot grows with the hash, so the old slots, read in
+    /// order, land roughly in order. A branch on each old slot, and each
+    /// hash read waiting behind it, made growth a quarter of a 10^6-entry
+    /// fill.
+    fn migrate(&mut self, budget: usize, hash_of: &impl Fn(u32) -> u32) {
         const BLOCK: usize = 64;
         let (mut held, mut hashes) = ([EMPTY; BLOCK], [0u32; BLOCK]);
-        for block in old.chunks(BLOCK) {
+        let n = self.old.slots.len();
+        let mut read = 0;
+        while self.old.len != 0 {
+            let c = self.old.cursor;
             let mut k = 0;
-            for &s in block {
-                held[k] = s;
-                k += usize::from(s != EMPTY);
+            if read < budget {
+                let w = BLOCK.min(n - c).min(budget - read);
+                for s in &mut self.old.slots[c..c + w] {
+                    held[k] = *s;
+                    k += usize::from(*s != EMPTY);
+                    *s = EMPTY;
+                }
+                self.old.cursor = next_in(n, c + w - 1);
+                read += w;
+            } else {
+                // The rest of the cluster the last window ended in.
+                let mut c = c;
+                while k < BLOCK && self.old.slots[c] != EMPTY {
+                    held[k] = std::mem::replace(&mut self.old.slots[c], EMPTY);
+                    k += 1;
+                    c = next_in(n, c);
+                }
+                self.old.cursor = c;
+                if k == 0 {
+                    return;
+                }
             }
             for (h32, &s) in hashes.iter_mut().zip(&held[..k]) {
                 *h32 = hash_of(s & self.index_mask);
@@ -415,48 +568,66 @@ impl Table {
             for (&s, &h32) in held[..k].iter().zip(&hashes) {
                 let mut i = self.home(h32);
                 while self.slots[i] != EMPTY {
-                    i = self.next(i);
+                    i = next_in(self.slots.len(), i);
                 }
                 self.slots[i] = s;
             }
+            self.old.len -= k;
+            self.len += k;
         }
+        self.old = Old::default();
     }
 
-    /// Every held index, in slot order. Test-only.
+    /// Every held index, new slots then old. Test-only.
     #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots
             .iter()
+            .chain(self.old.slots.iter())
             .filter(|&&s| s != EMPTY)
             .map(|&s| s & self.index_mask)
     }
 
     /// Checks that every held slot is reachable by a probe from its home
-    /// (no empty slot between them), that its tag matches `hash_of`, and
-    /// that `len` is right. Test-only.
+    /// (no empty slot between them) in its table, that its tag matches
+    /// `hash_of`, that no index is held twice, that a growth's moved-from
+    /// slots are empty, and that the lengths are right. Test-only.
     #[cfg(test)]
     pub(crate) fn validate(&self, hash_of: impl Fn(u32) -> u32) {
-        let held = self.slots.iter().filter(|&&s| s != EMPTY).count();
-        assert_eq!(held, self.len, "table len mismatch");
         assert!(!self.slots.is_empty(), "a table without slots");
+        let total = self.len + self.old.len;
         assert!(
             self.slots.len() == 1
-                || held * 4 <= self.slots.len() * 3
+                || total * 4 <= self.slots.len() * 3
                 || self.slots.len() as u64 == MAX_SLOTS
         );
-        for (at, &s) in self.slots.iter().enumerate() {
-            if s == EMPTY {
-                continue;
+        let mut seen = std::collections::HashSet::new();
+        for (slots, len) in [(&self.slots, self.len), (&self.old.slots, self.old.len)] {
+            let held = slots.iter().filter(|&&s| s != EMPTY).count();
+            assert_eq!(held, len, "table len mismatch");
+            for (at, &s) in slots.iter().enumerate() {
+                if s == EMPTY {
+                    continue;
+                }
+                let index = s & self.index_mask;
+                assert_ne!(index, self.index_mask, "slot {at} holds the reserved index");
+                assert!(seen.insert(index), "index {index} held twice");
+                let h32 = hash_of(index);
+                assert_eq!(s & !self.index_mask, self.tag(h32), "slot {at}: wrong tag");
+                let mut i = home_in(slots.len(), h32);
+                while i != at {
+                    assert_ne!(slots[i], EMPTY, "slot {at} cut off from its home");
+                    i = next_in(slots.len(), i);
+                }
             }
-            let index = s & self.index_mask;
-            assert_ne!(index, self.index_mask, "slot {at} holds the reserved index");
-            let h32 = hash_of(index);
-            assert_eq!(s & !self.index_mask, self.tag(h32), "slot {at}: wrong tag");
-            let mut i = self.home(h32);
-            while i != at {
-                assert_ne!(self.slots[i], EMPTY, "slot {at} cut off from its home");
-                i = self.next(i);
-            }
+        }
+        if self.old.len == 0 {
+            assert!(self.old.slots.is_empty(), "old slots kept after a growth");
+        } else {
+            // From the cursor back to the empty slot before the first held
+            // one, every slot is empty: held slots sit in one wrapping run.
+            let n = self.old.slots.len();
+            assert_eq!(self.old.slots[(self.old.cursor + n - 1) % n], EMPTY);
         }
     }
 }
@@ -533,6 +704,63 @@ mod tests {
             let mut expect: Vec<_> = model.into_iter().collect();
             expect.sort_unstable();
             assert_eq!(held, expect);
+        }
+    }
+
+    /// A growth moves old slots a few per probe (3 under `cfg(test)`, from
+    /// 16 slots up): between steps every entry is found exactly once, in
+    /// whichever table holds it, removals in the old slots keep the rest
+    /// reachable, moved-from slots stay empty, and a growth that fell
+    /// behind (forced here: steps of 3 slots and the ends of the clusters
+    /// they reach keep up) finishes before the next begins. Checked after
+    /// every operation, with hash bits from 8 values (long clusters that
+    /// wrap) and from all 2^32.
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; slow under Miri")]
+    fn growth_step_by_step_keeps_every_entry_findable() {
+        for (seed, buckets) in [(4, Some(8u32)), (5, None)] {
+            let hash_of = |index: u32| {
+                let mixed = index.wrapping_mul(0x2545_F491);
+                buckets.map_or(mixed, |b| mixed % b)
+            };
+            let mut state = seed;
+            let mut table = Table::new();
+            let mut model: HashSet<u32> = HashSet::new();
+            let (mut midway, mut finished_at_once) = (0, 0);
+            for _ in 0..8_000 {
+                let r = next(&mut state);
+                let index = (r % 3_000) as u32;
+                let (h32, eq) = (hash_of(index), |i: u32| i == index);
+                if r >> 62 == 0 {
+                    let want = model.remove(&index).then_some(index);
+                    assert_eq!(table.remove(h32, eq, hash_of), want);
+                } else {
+                    match table.probe(h32, eq, index, hash_of) {
+                        Probe::Found(i) => assert!(i == index && model.contains(&index)),
+                        Probe::Vacant(at) => {
+                            assert!(model.insert(index));
+                            table.fill(at, h32, index);
+                        }
+                    }
+                }
+                if table.old.len != 0 && r % 16 == 0 && table.len() * 2 > table.slots.len() {
+                    let slots = table.slots.len();
+                    table.grow(&hash_of);
+                    assert!(table.slots.len() > slots);
+                    finished_at_once += 1;
+                }
+                midway += usize::from(table.old.len != 0);
+                table.validate(hash_of);
+                assert_eq!(table.len(), model.len());
+                let probe = (next(&mut state) % 3_000) as u32;
+                let want = model.contains(&probe).then_some(probe);
+                assert_eq!(table.find(hash_of(probe), |i| i == probe), want);
+            }
+            assert!(midway > 500, "{midway} operations during a growth");
+            assert!(finished_at_once > 0, "no growth finished an earlier one");
+            for &index in &model {
+                assert_eq!(table.find(hash_of(index), |i| i == index), Some(index));
+            }
         }
     }
 
@@ -666,6 +894,7 @@ mod tests {
                 slots: vec![EMPTY; n].into_boxed_slice(),
                 index_mask: (1 << MIN_INDEX_BITS) - 1,
                 len: 0,
+                old: Old::default(),
             };
             let mut seen = vec![false; n];
             let mut last = (0u32, 0usize);
