@@ -33,7 +33,7 @@
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
 use super::shard::{Removed, Shard};
-use super::{Config, EVICT_BATCH, Inner, Time};
+use super::{Config, EVICT_BATCH, Inner, PRECASCADE_BATCH, Time};
 use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
@@ -276,8 +276,9 @@ where
     V: Clone + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
-    /// Evicts everything due when each batch takes its shard's lock.
-    /// Returns how many entries left.
+    /// Evicts everything due when each batch takes its shard's lock, and
+    /// walks each shard's timers of its next wheel slot ahead of time
+    /// ([`Shard::precascade`]). Returns how many entries left.
     ///
     /// Each batch reads the time under the lock it evicts under, and the
     /// shard never evicts at a time below one it has already reached (see
@@ -293,7 +294,10 @@ where
                 let (more, now) = {
                     let (mut guard, (), now) =
                         self.clock.around(|| shard.write(), |_| (), Time::now);
-                    guard.evict(now, EVICT_BATCH, &mut batch)
+                    let (more, at) = guard.evict(now, EVICT_BATCH, &mut batch);
+                    // Nothing due: walk the timers of the wheel's next
+                    // slot ahead of time, in holds of their own.
+                    (more || guard.precascade(PRECASCADE_BATCH), at)
                 };
                 total += batch.len();
                 self.evicted

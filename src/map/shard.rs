@@ -801,6 +801,15 @@ impl<K, V> Shard<K, V> {
         (more, now)
     }
 
+    /// Walks up to `budget` timers of the wheel's next level-1 slot to
+    /// where they go when it begins (`timer::Lists`, "Walking ahead"), so
+    /// that the eviction at its start does not walk them all at once.
+    /// Returns whether some are left. Moves no entry's eviction time.
+    pub(crate) fn precascade(&mut self, budget: usize) -> bool {
+        let entries = &mut self.entries;
+        entries.lists.precascade(&mut entries.slab, budget)
+    }
+
     /// After a write's bounded [`evict`](Self::evict) left entries due:
     /// the next writes take more at once (the thread is behind).
     pub(crate) fn writers_continue(&mut self) {

@@ -32,7 +32,41 @@ pub(crate) trait Links {
 }
 
 /// Circular doubly linked lists, one per `(level, slot)` plus the due list,
-/// with `R` bits per level.
+/// with `R` bits per level, and a second set of level-0 lists for the next
+/// level-1 slot (see [Walking ahead](#walking-ahead)).
+///
+/// # Walking ahead
+///
+/// When `now` enters a new level-1 slot, the nodes of one list are
+/// re-examined one by one (the module docs' cascade): those due in the
+/// slot's 2^R ticks go to level 0. In a large wheel that list is long (with
+/// 10^6 deadlines over 1 s and 1 ms ticks, ~34,000 nodes every ~34 ms,
+/// each a cache miss), and nothing due can be taken until the walk ends.
+/// So the walk happens ahead of time, a bounded number of nodes at a time
+/// ([`precascade`](Self::precascade)), while `now` is still in the slot
+/// before:
+///
+/// * the *pending* list is the one the next crossing would walk,
+///   `list_for(boundary)`, where the *boundary* is the first tick of the
+///   next level-1 slot. Every node on it has a deadline at or after the
+///   boundary;
+/// * a walked node goes where it would be with `now` at the boundary:
+///   [`next_place`](Self::next_place). Level 0 there is a second bank of
+///   2^R lists (`next_heads`), since level 0 itself still holds the
+///   current slot's nodes; levels 1 to the pending list's level minus one
+///   are empty while `now` is in the last level-1 slot before a crossing
+///   at that level (`now`'s digits there are all ones), so walked nodes
+///   use those lists directly;
+/// * a node linked meanwhile whose list is the pending one goes straight
+///   to its place ahead; one unlinked there is on the pending list or in
+///   its place ahead (the heads tell which, where it matters);
+/// * crossing the boundary walks what is left of the pending list, makes
+///   the current level 0 due, and swaps the bank in as level 0: exactly the
+///   lists the cascade would have built.
+///
+/// Only the pending list is walked ahead: a crossing that also moves a
+/// level-2 or higher digit walks a list of up to 2^(2R) ticks, and its walk
+/// can start only in the last level-1 slot before it.
 pub(crate) struct Lists<const R: u32> {
     /// List heads: the due list at `DUE` (0), then `1 + level * SLOTS +
     /// slot`. Only as long as the highest level a node was linked at needs
@@ -46,7 +80,25 @@ pub(crate) struct Lists<const R: u32> {
     /// A bit per level with at least one non-empty slot.
     level_bits: u64,
     now: u64,
+    /// The first tick of the next level-1 slot (when `pending` is not
+    /// [`NO_PENDING`]).
+    boundary: u64,
+    /// The list the crossing of `boundary` would walk, `list_for(boundary)`;
+    /// [`NO_PENDING`] in the last level-1 slot of the tick range.
+    pending: usize,
+    /// Level 0 as it will be at `boundary`: heads of walked nodes due in
+    /// its first 2^R ticks (list [`NEXT`]` + digit`; digit 0 holds those
+    /// due at `boundary` itself). Empty, with no allocation, until used.
+    next_heads: Vec<u32>,
+    /// A bit per non-empty list of `next_heads`.
+    next_bits: u64,
 }
+
+/// List ids from here on are [`Lists`]'s second bank of level-0 lists.
+const NEXT: usize = 1 << 20;
+
+/// `pending` when there is no next level-1 slot.
+const NO_PENDING: usize = usize::MAX;
 
 impl<const R: u32> Lists<R> {
     pub(crate) const SLOTS: usize = 1 << R;
@@ -62,18 +114,49 @@ impl<const R: u32> Lists<R> {
     pub(crate) fn new(now: u64) -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::CHECK_R;
-        Self {
+        let mut lists = Self {
             heads: Vec::new(),
             slot_bits: vec![0; Self::LEVELS].into_boxed_slice(),
             level_bits: 0,
             now,
+            boundary: 0,
+            pending: NO_PENDING,
+            next_heads: Vec::new(),
+            next_bits: 0,
+        };
+        lists.find_pending();
+        lists
+    }
+
+    /// Sets `boundary` and `pending` for the current `now`.
+    fn find_pending(&mut self) {
+        match (self.now | Self::MASK).checked_add(1) {
+            Some(boundary) => {
+                self.boundary = boundary;
+                self.pending = self.list_for(boundary);
+            }
+            None => self.pending = NO_PENDING,
         }
     }
 
     /// The head of `list`, `NIL` if it is empty (or nothing was ever linked).
     #[inline]
     fn head(&self, list: usize) -> u32 {
-        self.heads.get(list).copied().unwrap_or(NIL)
+        if list < NEXT {
+            self.heads.get(list).copied().unwrap_or(NIL)
+        } else {
+            self.next_heads.get(list - NEXT).copied().unwrap_or(NIL)
+        }
+    }
+
+    /// Sets the head of `list`, which has room for one.
+    #[inline]
+    fn set_head(&mut self, list: usize, head: u32) {
+        if list < NEXT {
+            self.heads[list] = head;
+        } else {
+            self.next_heads[list - NEXT] = head;
+        }
     }
 
     /// The id of `(level, slot)`'s list.
@@ -98,13 +181,76 @@ impl<const R: u32> Lists<R> {
     /// list.
     #[inline]
     pub(crate) fn link(&mut self, store: &mut impl Links, index: u32, deadline: u64) {
-        self.push_back(store, self.list_for(deadline), index);
+        let list = self.list_for(deadline);
+        let list = if list == self.pending {
+            self.next_place(deadline)
+        } else {
+            list
+        };
+        self.push_back(store, list, index);
     }
 
     /// Unlinks node `index`, whose deadline (as linked) is `deadline`.
     #[inline]
     pub(crate) fn unlink(&mut self, store: &mut impl Links, index: u32, deadline: u64) {
-        self.unlink_from(store, self.list_for(deadline), index);
+        let list = self.list_for(deadline);
+        if list == self.pending {
+            self.unlink_pending(store, index, deadline);
+        } else {
+            self.unlink_from(store, list, index);
+        }
+    }
+
+    /// Unlinks node `index` of the pending list's deadlines: it is on that
+    /// list (not walked yet) or on its place ahead. Only a head needs to
+    /// know which list it is on, and heads are distinct nodes.
+    fn unlink_pending(&mut self, store: &mut impl Links, index: u32, deadline: u64) {
+        let ahead = self.next_place(deadline);
+        let list = if self.head(ahead) == index {
+            ahead
+        } else {
+            self.pending
+        };
+        self.unlink_from(store, list, index);
+    }
+
+    /// Where a node with `deadline` (at or after `boundary`) goes when it
+    /// leaves the pending list: its list with `now` at `boundary`, level 0
+    /// being the second bank.
+    fn next_place(&self, deadline: u64) -> usize {
+        debug_assert!(self.pending != NO_PENDING && deadline >= self.boundary);
+        if deadline == self.boundary {
+            return NEXT;
+        }
+        let bit = 63 - (deadline ^ self.boundary).leading_zeros();
+        let level = bit / R;
+        let slot = ((deadline >> (level * R)) & Self::MASK) as usize;
+        match level {
+            0 => NEXT + slot,
+            _ => Self::list_id(level as usize, slot),
+        }
+    }
+
+    /// Walks up to `budget` nodes of the pending list to their places ahead
+    /// (see [Walking ahead](Self#walking-ahead)). Returns whether nodes
+    /// are left on it.
+    pub(crate) fn precascade(&mut self, store: &mut impl Links, budget: usize) -> bool {
+        if self.pending == NO_PENDING {
+            return false;
+        }
+        let list = self.pending;
+        for _ in 0..budget {
+            let head = self.head(list);
+            if head == NIL {
+                return false;
+            }
+            // One cache miss per node: start the next one first.
+            store.prefetch_node(store.links(head).1);
+            self.unlink_from(store, list, head);
+            let to = self.next_place(store.deadline(head));
+            self.push_back(store, to, head);
+        }
+        self.head(list) != NIL
     }
 
     /// Whether nodes with deadlines `a` and `b` belong on the same list, so
@@ -113,9 +259,12 @@ impl<const R: u32> Lists<R> {
     /// holds deadlines that agree with each other on every bit from `l * R`
     /// up, and [`list_for`](Self::list_for) of such deadlines depends on
     /// nothing else until `now` reaches them.
+    /// For the pending list's deadlines, their places ahead must agree too.
     #[inline]
     pub(crate) fn same_list(&self, a: u64, b: u64) -> bool {
-        self.list_for(a) == self.list_for(b)
+        let list = self.list_for(a);
+        list == self.list_for(b)
+            && (list != self.pending || self.next_place(a) == self.next_place(b))
     }
 
     /// The first due node, if any (it stays linked).
@@ -140,36 +289,74 @@ impl<const R: u32> Lists<R> {
         if self.head(Self::DUE) != NIL {
             return Some(self.now);
         }
-        if self.level_bits == 0 {
+        if self.level_bits == 0 && self.next_bits == 0 {
             return None;
         }
-        let level = self.level_bits.trailing_zeros();
+        if self.pending == NO_PENDING || self.slot_bits[0] != 0 {
+            // Level 0 holds the earliest (or nothing is ahead of time).
+            return Some(self.earliest(self.now, self.level_bits));
+        }
+        // Walked nodes and those still pending are at or after the
+        // boundary: the second bank by its digits, levels below the
+        // pending list's against the boundary, the rest against `now`.
+        let pending_level = Self::level_slot(self.pending).0;
+        let below = (1u64 << pending_level) - 1;
+        let bank = (self.next_bits != 0)
+            .then(|| self.boundary + u64::from(self.next_bits.trailing_zeros()));
+        let ahead = (self.level_bits & below != 0)
+            .then(|| self.earliest(self.boundary, self.level_bits & below));
+        let rest = (self.level_bits & !below != 0)
+            .then(|| self.earliest(self.now, self.level_bits & !below));
+        [bank, ahead, rest].into_iter().flatten().min()
+    }
+
+    /// The first tick of the earliest non-empty slot of the lowest level in
+    /// `levels` (non-zero), taking higher digits from `base`.
+    fn earliest(&self, base: u64, levels: u64) -> u64 {
+        let level = levels.trailing_zeros();
         let slot = u64::from(self.slot_bits[level as usize].trailing_zeros());
         let shift = level * R;
         let span = shift + R; // bits covered by this level and those below
         let high = if span >= 64 {
             0
         } else {
-            self.now & !((1u64 << span) - 1)
+            base & !((1u64 << span) - 1)
         };
-        Some(high | (slot << shift))
+        high | (slot << shift)
     }
 
     /// Makes every linked node due (for draining), in deadline order across
     /// bins after what is due already.
     pub(crate) fn all_due(&mut self, store: &mut impl Links) {
-        for list in 1..self.heads.len() {
+        self.precascade(store, usize::MAX);
+        let level0 = Self::list_id(1, 0).min(self.heads.len());
+        for list in 1..level0 {
+            self.splice_to_due(store, list);
+        }
+        for list in NEXT..NEXT + self.next_heads.len() {
+            self.splice_to_due(store, list);
+        }
+        for list in level0..self.heads.len() {
             self.splice_to_due(store, list);
         }
         self.slot_bits.fill(0);
         self.level_bits = 0;
+        self.next_bits = 0;
     }
 
     /// Fills `out` with the first nodes of the list that holds deadline
     /// `tick` (with others, at a level above 0), from its head; returns how
-    /// many it wrote.
-    pub(crate) fn list_nodes(&self, store: &impl Links, tick: u64, out: &mut [u32]) -> usize {
-        let head = self.head(self.list_for(tick));
+    /// many it wrote. `None` while some nodes of the pending list are not
+    /// walked yet and `tick` is one of its deadlines: they are not on the
+    /// list that holds `tick` yet.
+    pub(crate) fn list_nodes(
+        &self,
+        store: &impl Links,
+        tick: u64,
+        out: &mut [u32],
+    ) -> Option<usize> {
+        let (list, _) = self.list_of_tick(tick)?;
+        let head = self.head(list);
         let mut cur = head;
         let mut n = 0;
         while cur != NIL && n < out.len() {
@@ -180,17 +367,41 @@ impl<const R: u32> Lists<R> {
                 break;
             }
         }
-        n
+        Some(n)
     }
 
     /// The last tick the list that holds deadline `tick` (after `now()`)
     /// holds: every node on a later list (a later slot, or a higher level)
     /// has a later deadline.
+    /// `tick` itself where [`list_nodes`](Self::list_nodes) gives `None`.
     pub(crate) fn list_end(&self, tick: u64) -> u64 {
+        self.list_of_tick(tick).map_or(tick, |(_, end)| end)
+    }
+
+    /// The list that holds deadline `tick` (after `now()`) and the last
+    /// tick it holds; `None` while the pending list holds `tick` and is
+    /// not wholly walked.
+    fn list_of_tick(&self, tick: u64) -> Option<(usize, u64)> {
         debug_assert!(tick > self.now);
-        let bit = 63 - (tick ^ self.now).leading_zeros();
+        let list = self.list_for(tick);
+        let base = if list != self.pending {
+            self.now
+        } else if self.head(list) == NIL {
+            self.boundary
+        } else {
+            return None;
+        };
+        let list = if base == self.now {
+            list
+        } else {
+            self.next_place(tick)
+        };
+        if tick == base {
+            return Some((list, tick)); // the bank's list of the boundary
+        }
+        let bit = 63 - (tick ^ base).leading_zeros();
         let below = (bit / R) * R;
-        tick | ((1u64 << below) - 1)
+        Some((list, tick | ((1u64 << below) - 1)))
     }
 
     /// The list a node with `deadline` belongs on, given the current `now`.
@@ -210,12 +421,13 @@ impl<const R: u32> Lists<R> {
     fn push_back(&mut self, store: &mut impl Links, list: usize, index: u32) {
         let head = self.head(list);
         if head == NIL {
-            if list >= self.heads.len() {
+            if list < NEXT && list >= self.heads.len() || list >= NEXT && self.next_heads.is_empty()
+            {
                 self.grow_heads(list);
             }
             store.set_prev(index, index);
             store.set_next(index, index);
-            self.heads[list] = index;
+            self.set_head(list, index);
             self.mark_occupied(list);
         } else {
             let (tail, _) = store.links(head);
@@ -231,14 +443,14 @@ impl<const R: u32> Lists<R> {
     fn unlink_from(&mut self, store: &mut impl Links, list: usize, index: u32) {
         let (prev, next) = store.links(index);
         if next == index {
-            debug_assert_eq!(self.heads[list], index);
-            self.heads[list] = NIL;
+            debug_assert_eq!(self.head(list), index);
+            self.set_head(list, NIL);
             self.mark_empty(list);
         } else {
             store.set_next(prev, next);
             store.set_prev(next, prev);
-            if self.heads[list] == index {
-                self.heads[list] = next;
+            if self.head(list) == index {
+                self.set_head(list, next);
             }
         }
     }
@@ -247,6 +459,10 @@ impl<const R: u32> Lists<R> {
     #[cold]
     #[inline(never)]
     fn grow_heads(&mut self, list: usize) {
+        if list >= NEXT {
+            self.next_heads.resize(Self::SLOTS, NIL);
+            return;
+        }
         let len = match list {
             Self::DUE => 1,
             _ => Self::list_id(Self::level_slot(list).0 + 1, 0),
@@ -257,7 +473,9 @@ impl<const R: u32> Lists<R> {
 
     #[inline]
     fn mark_occupied(&mut self, list: usize) {
-        if list != Self::DUE {
+        if list >= NEXT {
+            self.next_bits |= 1 << (list - NEXT);
+        } else if list != Self::DUE {
             let (level, slot) = Self::level_slot(list);
             self.slot_bits[level] |= 1 << slot;
             self.level_bits |= 1 << level;
@@ -266,7 +484,9 @@ impl<const R: u32> Lists<R> {
 
     #[inline]
     fn mark_empty(&mut self, list: usize) {
-        if list != Self::DUE {
+        if list >= NEXT {
+            self.next_bits &= !(1 << (list - NEXT));
+        } else if list != Self::DUE {
             let (level, slot) = Self::level_slot(list);
             self.slot_bits[level] &= !(1 << slot);
             if self.slot_bits[level] == 0 {
@@ -282,7 +502,7 @@ impl<const R: u32> Lists<R> {
         if head == NIL {
             return;
         }
-        self.heads[list] = NIL;
+        self.set_head(list, NIL);
         let due = self.heads[Self::DUE];
         if due == NIL {
             self.heads[Self::DUE] = head;
@@ -297,8 +517,59 @@ impl<const R: u32> Lists<R> {
     }
 
     /// Moves time forward to `to` (no-op if `to <= now`), restoring the
-    /// placement invariant for every node. See the module docs.
+    /// placement invariant for every node. See the module docs and
+    /// [Walking ahead](Self#walking-ahead).
     pub(crate) fn move_to(&mut self, store: &mut impl Links, to: u64) {
+        if to <= self.now {
+            return;
+        }
+        if self.pending != NO_PENDING && to >= self.boundary {
+            self.cross(store);
+        }
+        self.move_plainly(store, to);
+        self.find_pending();
+    }
+
+    /// Moves `now` to `boundary`: walks what is left of the pending list,
+    /// makes the current level 0 due (its deadlines are before the
+    /// boundary) and swaps the second bank in as level 0, its list for the
+    /// boundary itself made due. The lists are then those a plain move to
+    /// the boundary would have left.
+    fn cross(&mut self, store: &mut impl Links) {
+        self.precascade(store, usize::MAX);
+        if self.next_bits != 0 && self.heads.len() < Self::list_id(1, 0) {
+            self.grow_heads(Self::list_id(0, 0));
+        }
+        let mut due = std::mem::take(&mut self.slot_bits[0]);
+        while due != 0 {
+            let slot = due.trailing_zeros() as usize;
+            due &= due - 1;
+            self.splice_to_due(store, Self::list_id(0, slot));
+        }
+        let mut bank = std::mem::take(&mut self.next_bits);
+        if bank & 1 != 0 {
+            self.splice_to_due(store, NEXT);
+            bank &= !1;
+        }
+        let mut slots = bank;
+        while slots != 0 {
+            let slot = slots.trailing_zeros() as usize;
+            slots &= slots - 1;
+            self.heads[Self::list_id(0, slot)] = std::mem::replace(&mut self.next_heads[slot], NIL);
+        }
+        self.slot_bits[0] = bank;
+        if bank == 0 {
+            self.level_bits &= !1;
+        } else {
+            self.level_bits |= 1;
+        }
+        self.now = self.boundary;
+    }
+
+    /// [`move_to`](Self::move_to) by the module docs' algorithm alone: with
+    /// nothing walked ahead (after a crossing), or within a level-1 slot
+    /// (only level 0 changes).
+    fn move_plainly(&mut self, store: &mut impl Links, to: u64) {
         let from = self.now;
         if to <= from {
             return;
@@ -379,9 +650,16 @@ impl<const R: u32> Lists<R> {
     /// linked node; panics with a description if one fails. Test-only.
     #[cfg(test)]
     pub(crate) fn validate(&self, store: &impl Links, mut visit: impl FnMut(u32)) {
-        for list in 0..=Self::LAST {
+        match (self.now | Self::MASK).checked_add(1) {
+            Some(b) => assert_eq!((self.boundary, self.pending), (b, self.list_for(b))),
+            None => assert_eq!(self.pending, NO_PENDING),
+        }
+        for list in (0..=Self::LAST).chain(NEXT..NEXT + Self::SLOTS) {
             let head = self.head(list);
-            if list != Self::DUE {
+            if list >= NEXT {
+                let bit = self.next_bits & (1 << (list - NEXT)) != 0;
+                assert_eq!(bit, head != NIL, "bank bit mismatch at list {list}");
+            } else if list != Self::DUE {
                 let (level, slot) = Self::level_slot(list);
                 let bit = self.slot_bits[level] & (1 << slot) != 0;
                 assert_eq!(bit, head != NIL, "slot bit mismatch at list {list}");
@@ -395,9 +673,9 @@ impl<const R: u32> Lists<R> {
                 visit(cur);
                 assert_eq!(store.links(next).0, cur, "broken back link");
                 assert_eq!(store.links(prev).1, cur, "broken forward link");
-                assert_eq!(
-                    self.list_for(store.deadline(cur)),
-                    list,
+                let (deadline, want) = (store.deadline(cur), self.list_for(store.deadline(cur)));
+                assert!(
+                    want == list || want == self.pending && self.next_place(deadline) == list,
                     "node {cur} on the wrong list"
                 );
                 cur = next;

@@ -385,6 +385,15 @@ impl<T, const R: u32> TimerWheel<T, R> {
         value
     }
 
+    /// Walks up to `budget` timers of the next level-1 slot ahead of time
+    /// (`Lists::precascade`), as the map's eviction thread does between
+    /// passes. Test-only: the model checks that it changes nothing a
+    /// caller sees.
+    #[cfg(test)]
+    pub(crate) fn precascade(&mut self, budget: usize) -> bool {
+        self.lists.precascade(&mut self.nodes, budget)
+    }
+
     /// Checks every internal invariant; panics with a description if one
     /// fails. O(number of nodes). Test-only.
     #[cfg(test)]

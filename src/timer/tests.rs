@@ -639,6 +639,12 @@ fn model_episode<const R: u32>(rng: &mut SplitMix64, seed: u64, episode: usize, 
 
     for step in 0..ops {
         let ctx = || format!("seed {seed} episode {episode} step {step}");
+        if rng.below(4) == 0 {
+            // Walking ahead (as the map's passes do) changes nothing seen.
+            let budget = [1, 2, 5, usize::MAX][rng.below(4) as usize];
+            w.precascade(budget);
+            w.validate();
+        }
         let op = rng.below(100);
         let full = pending.len() as u64 >= cap;
         match op {
@@ -795,4 +801,66 @@ fn model_r2_r3_r5() {
     model_run::<2>(model_seed() ^ 2, model_ops(100_000));
     model_run::<3>(model_seed() ^ 3, model_ops(100_000));
     model_run::<5>(model_seed() ^ 5, model_ops(100_000));
+}
+
+/// The next level-1 slot's timers walked ahead of time, a few at a time:
+/// nothing fires early, the crossing fires exactly what is due, and
+/// `next_wakeup` keeps to its contract while they sit in the second bank.
+#[test]
+fn walking_ahead_then_crossing_fires_exactly_what_is_due() {
+    let mut w: TimerWheel<u64, 6> = TimerWheel::with_level_bits(10);
+    for d in [128, 129, 150, 191, 192, 300, 5000] {
+        w.insert(d, d);
+    }
+    assert_eq!(fire(&mut w, 64), Vec::<u64>::new());
+    // 128, 129, 150 and 191 are on the list the crossing of 128 would walk.
+    assert!(w.precascade(2), "two walked, two left");
+    w.validate();
+    assert!(!w.precascade(usize::MAX));
+    w.validate();
+    assert_eq!(w.next_wakeup(), Some(128));
+    // Linked meanwhile: straight to its place ahead.
+    w.insert(130, 130);
+    w.validate();
+    assert_eq!(fire(&mut w, 127), Vec::<u64>::new());
+    assert_eq!(w.next_wakeup(), Some(128));
+    assert_eq!(fire(&mut w, 128), [128]);
+    assert_eq!(fire(&mut w, 150), [129, 130, 150]);
+    assert_eq!(w.next_wakeup(), Some(191));
+    assert_eq!(fire(&mut w, 300), [191, 192, 300]);
+    assert_eq!(fire(&mut w, u64::MAX), [5000]);
+}
+
+/// Walking ahead of a crossing that also moves the level-2 digit: walked
+/// timers go to the second bank and to level-1 lists, which are empty in
+/// the last level-1 slot before it; a cancel and a reschedule find them.
+#[test]
+fn walking_ahead_of_a_level_2_crossing() {
+    let mut w: TimerWheel<u64, 6> = TimerWheel::with_level_bits(10);
+    let mut ids = vec![];
+    for d in [4096, 4100, 4200, 8000, 9000] {
+        ids.push(w.insert(d, d));
+    }
+    // Level-1 digit 63: the next crossing is 4096, a level-2 one.
+    assert_eq!(fire(&mut w, 63 * 64 + 10), Vec::<u64>::new());
+    w.insert(4090, 4090);
+    assert!(w.precascade(1));
+    assert!(!w.precascade(usize::MAX));
+    w.validate();
+    assert_eq!(w.next_wakeup(), Some(4090));
+    assert_eq!(w.cancel(ids[1]), Some(4100), "in the second bank");
+    assert!(w.reschedule(ids[2], 4300), "on a level-1 list ahead");
+    w.validate();
+    assert_eq!(fire(&mut w, 4095), [4090]);
+    assert_eq!(w.next_wakeup(), Some(4096));
+    assert_eq!(fire(&mut w, 4096), [4096]);
+    assert_eq!(
+        fire(&mut w, 4300),
+        [4200],
+        "its payload, at its new deadline"
+    );
+    assert_eq!(fire(&mut w, 8000), [8000]);
+    assert!(w.next_wakeup().is_some_and(|t| t > 8000 && t <= 9000));
+    assert_eq!(fire(&mut w, 9000), [9000]);
+    assert!(w.is_empty());
 }

@@ -206,10 +206,11 @@ impl<K, V> Shard<K, V> {
         // after that tick's start. An idle entry's deadline may have moved
         // on from its timer's: read it.
         let mut nodes = [0u32; NEXT_TICK_SEARCH + 1];
+        // A list walked ahead of time (`None`) is spread over several.
         let n = w.lists.list_nodes(&w.slab, tick, &mut nodes);
-        if n > NEXT_TICK_SEARCH {
+        let Some(n) = n.filter(|&n| n <= NEXT_TICK_SEARCH) else {
             return self.time_of(tick - 1);
-        }
+        };
         let later = self.time_of(w.lists.list_end(tick));
         nodes[..n]
             .iter()
@@ -264,9 +265,12 @@ impl<K, V> Shard<K, V> {
         if due_here && !fits(self) {
             let w = &self.entries;
             let mut nodes = [0u32; NEXT_TICK_SEARCH];
+            // Not while that list is being walked ahead of time (`None`,
+            // for a moment after the wheel enters a level-1 slot).
             let n = w
                 .lists
-                .list_nodes(&w.slab, w.slab.tick_of(now) + 1, &mut nodes);
+                .list_nodes(&w.slab, w.slab.tick_of(now) + 1, &mut nodes)
+                .unwrap_or(0);
             for &i in &nodes[..n] {
                 if fits(self) {
                     break;
