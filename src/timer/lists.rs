@@ -86,8 +86,8 @@ pub(crate) struct Lists<const R: u32> {
     /// The list the crossing of `boundary` would walk, `list_for(boundary)`;
     /// [`NO_PENDING`] in the last level-1 slot of the tick range.
     pending: usize,
-    /// Level 0 as it will be at `boundary`: heads of walked nodes due in
-    /// its first 2^R ticks (list [`NEXT`]` + digit`; digit 0 holds those
+    /// Level 0 as it will be at `boundary`: heads of the nodes ahead due
+    /// in its first 2^R ticks, list id `NEXT + digit` (digit 0 holds those
     /// due at `boundary` itself). Empty, with no allocation, until used.
     next_heads: Vec<u32>,
     /// A bit per non-empty list of `next_heads`.
@@ -503,8 +503,12 @@ impl<const R: u32> Lists<R> {
             return;
         }
         self.set_head(list, NIL);
-        let due = self.heads[Self::DUE];
+        let due = self.head(Self::DUE);
         if due == NIL {
+            if self.heads.is_empty() {
+                // Only the second bank was ever linked.
+                self.grow_heads(Self::DUE);
+            }
             self.heads[Self::DUE] = head;
         } else {
             let (due_tail, _) = store.links(due);

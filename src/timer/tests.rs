@@ -864,3 +864,21 @@ fn walking_ahead_of_a_level_2_crossing() {
     assert_eq!(fire(&mut w, 9000), [9000]);
     assert!(w.is_empty());
 }
+
+/// A wheel whose only timers went straight to the second bank (no other
+/// list ever linked) drains them and fires them at the crossing.
+#[test]
+fn a_wheel_with_only_timers_ahead_drains_and_fires_them() {
+    let mut w: TimerWheel<u64, 6> = TimerWheel::with_level_bits(10);
+    w.insert(64, 64);
+    w.insert(70, 70);
+    let mut drained = vec![];
+    w.drain(|_, v| drained.push(v));
+    assert_eq!(drained, [64, 70]);
+    let mut w2: TimerWheel<u64, 6> = TimerWheel::with_level_bits(10);
+    w2.insert(70, 70);
+    w2.insert(64, 64);
+    assert_eq!(w2.next_wakeup(), Some(64));
+    assert_eq!(fire(&mut w2, 64), [64]);
+    assert_eq!(fire(&mut w2, 70), [70]);
+}
