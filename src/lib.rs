@@ -236,8 +236,8 @@
 //! node  = size_of::<(K, V)>() + 16 bytes, rounded up to K's and V's alignment
 //!         (deadline 8, prev 4, next 4), plus 4 bytes of hash beside it
 //! table = 4 bytes per slot, 1.33 to 2 slots per entry (and, in a shard
-//!         whose table grows past 16,384 slots, the old slots beside the
-//!         new for the next 1/64 of their count in writes)
+//!         whose table grows past 2^17 slots, the old slots beside the
+//!         new for the next 1/32 of their count in puts)
 //! bytes/entry ~= node + 4 + 5.3..8 (+ 4 per freed node)
 //!                + shards * 1024 * (node + 4) / entries (the last chunks' slack)
 //! ```

@@ -43,18 +43,20 @@
 //!   1 to 2 times. [`Table::grow`] works in branch-free blocks to pay for
 //!   it: a fill of 10^6 entries takes as long per insert as it did with
 //!   doubling (147-150 ns against 147-153, minimum of 7 fills).
-//! * Past [`INCREMENTAL_FROM`] slots (16,384) a table grows a step at a
+//! * Past [`INCREMENTAL_FROM`] slots (2^17) a table grows a step at a
 //!   time: the old slots stay beside the new ones, and each probe moves
-//!   [`MIGRATE_STEP`] of them (64) on, whole clusters at a time, so what is
+//!   [`MIGRATE_STEP`] of them (32) on, whole clusters at a time, so what is
 //!   left of the old slots is still a valid table. Lookups and removals
 //!   that miss the new slots look in the old ones until none is left. At
 //!   10^6 entries in one shard, re-placing them all at once made one put
 //!   hold the shard's write lock for 18-20 ms (2-core VM; every read and
 //!   the eviction thread waited on it); step by step the longest put of
-//!   the fill takes 1.2 ms (allocating the new slots), and the fill is
-//!   10 % faster. The price: the old slots stay allocated beside the new
-//!   for up to 1/64 of their count in puts after a growth, and a put's
-//!   p99.9 during the fill is 3.2 µs instead of 1.5.
+//!   the fill takes ~1 ms (allocating the new slots). The price: the old
+//!   slots stay allocated beside the new for up to 1/32 of their count in
+//!   puts after a growth, and those puts take about a microsecond more.
+//!   Below 2^17 slots a growth all at once takes at most ~2.5 ms; step by
+//!   step there, a fill of 128 shards put p99 of a put at 2.2-2.7 µs
+//!   against 0.7-0.8 (`eviction_holds`, nothing expiring).
 //! * At most 3/4 full (from 8 slots up to 2^32), so every probe meets an
 //!   empty slot and ends. Removal shifts later members of the cluster back
 //!   instead of leaving tombstones (Knuth's Algorithm R), so lookups never
@@ -104,21 +106,20 @@ const MIN_SLOTS: usize = 8;
 /// ends; it is simply allowed to fill past 3/4.
 const MAX_SLOTS: u64 = 1 << 32;
 
-/// The slot count after `len`: [`MIN_SLOTS`] first, then 3/2 of a power of
-/// Slots below which a table grows all at once: re-placing up to 12,288
-/// entries takes well under a millisecond. Larger tables grow a step at a
-/// time. Small under `cfg(test)`, so the unit tests of the table and the
+/// Slots below which a table grows all at once: re-placing up to 98,304
+/// entries takes ~2.5 ms (2-core VM). Larger tables grow a step at a time.
+/// Small under `cfg(test)`, so that the unit tests of the table and the
 /// shard grow step by step all the time.
-const INCREMENTAL_FROM: usize = if cfg!(test) { 16 } else { 1 << 14 };
+const INCREMENTAL_FROM: usize = if cfg!(test) { 16 } else { 1 << 17 };
 
-/// Old slots a write moves on while a table grows step by step. A growth
-/// by 4/3 leaves room for a quarter of the old slot count in new entries
+/// Old slots a put moves on while a table grows step by step. A growth by
+/// 4/3 leaves room for a quarter of the old slot count in new entries
 /// before the new table is 3/4 full, so anything above 4 finishes first
-/// (see [`Table::probe`]): at 64 the old slots are gone after 1/64 of
-/// their count in writes, and a step (about 48 entries) takes on the order
-/// of a microsecond. Under `cfg(test)` 3, so that the tables of unit tests
-/// spend many operations growing.
-const MIGRATE_STEP: usize = if cfg!(test) { 3 } else { 64 };
+/// (see [`Table::probe`]): at 32 the old slots are gone after 1/32 of
+/// their count in puts, and a step (about 24 entries, each a slab read and
+/// a slot write at random) takes about a microsecond. Under `cfg(test)` 3,
+/// so that the tables of unit tests spend many operations growing.
+const MIGRATE_STEP: usize = if cfg!(test) { 3 } else { 32 };
 
 /// The slot count after `len`: [`MIN_SLOTS`] first, then 3/2 of a power of
 /// two and 4/3 of the others (8, 12, 16, 24, ..., 2^31, 3 * 2^30, 2^32).
