@@ -33,7 +33,7 @@
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
 use super::shard::{Removed, Shard};
-use super::{Config, EVICT_BATCH, Inner, PRECASCADE_BATCH, Time};
+use super::{Config, EVICT_BATCH, Inner, PRECASCADE_BATCH, PRECASCADE2_PER_PASS, Time};
 use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
@@ -290,6 +290,7 @@ where
         let mut batch = Vec::with_capacity(EVICT_BATCH);
         let mut panics = Panics::new();
         for shard in self.shards.iter() {
+            let mut ahead2 = PRECASCADE2_PER_PASS;
             loop {
                 let (more, now) = {
                     let (mut guard, (), now) =
@@ -297,7 +298,7 @@ where
                     let (more, at) = guard.evict(now, EVICT_BATCH, &mut batch);
                     // Nothing due: walk the timers of the wheel's next
                     // slot ahead of time, in holds of their own.
-                    (more || guard.precascade(PRECASCADE_BATCH), at)
+                    (more || guard.precascade(PRECASCADE_BATCH, &mut ahead2), at)
                 };
                 total += batch.len();
                 self.evicted

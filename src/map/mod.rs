@@ -117,12 +117,23 @@ const EVICT_BATCH: usize = if cfg!(expiremap_loom) { 1 } else { 32 };
 
 /// Timers a pass walks ahead of time per shard-lock hold, once nothing is
 /// due in the shard (see `timer::Lists`, "Walking ahead"): each is a cache
-/// miss and a relink, ~25 µs a hold on the 2-core VM. Unbounded under
-/// loom, where it adds no lock hold to the models.
+/// miss and a relink, less than an eviction (a table removal and an
+/// event besides), so holds stay short. Unbounded under loom, where it
+/// adds no lock hold to the models.
 const PRECASCADE_BATCH: usize = if cfg!(expiremap_loom) {
     usize::MAX
 } else {
     256
+};
+
+/// Timers of a shard's next level-2 slot a pass walks ahead of time, at
+/// most: that slot begins ~2.1 s after the last (at the default
+/// precision), so a few thousand a pass (one every 4 ms or more) keep
+/// ahead of millions, without one shard's walk holding up a pass.
+const PRECASCADE2_PER_PASS: usize = if cfg!(expiremap_loom) {
+    usize::MAX
+} else {
+    4096
 };
 
 /// A concurrent map whose entries expire after a per-entry time to live.

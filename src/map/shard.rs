@@ -803,11 +803,18 @@ impl<K, V> Shard<K, V> {
 
     /// Walks up to `budget` timers of the wheel's next level-1 slot to
     /// where they go when it begins (`timer::Lists`, "Walking ahead"), so
-    /// that the eviction at its start does not walk them all at once.
-    /// Returns whether some are left. Moves no entry's eviction time.
-    pub(crate) fn precascade(&mut self, budget: usize) -> bool {
+    /// that the eviction at its start does not walk them all at once; once
+    /// none is left, up to `budget` of the next level-2 slot's, counted
+    /// down from `ahead2`. Returns whether some are left that these budgets
+    /// allow. Moves no entry's eviction time.
+    pub(crate) fn precascade(&mut self, budget: usize, ahead2: &mut usize) -> bool {
         let entries = &mut self.entries;
-        entries.lists.precascade(&mut entries.slab, budget)
+        if entries.lists.precascade(&mut entries.slab, budget) {
+            return true;
+        }
+        let n = budget.min(*ahead2);
+        *ahead2 -= n;
+        n != 0 && entries.lists.precascade2(&mut entries.slab, n) && *ahead2 != 0
     }
 
     /// After a write's bounded [`evict`](Self::evict) left entries due:

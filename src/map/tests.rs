@@ -98,7 +98,7 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
                 };
                 let (_, at) = s.evict(seen, 1 + rnd(3) as usize, &mut out);
                 // And a hold's walk ahead of time, which evicts nothing.
-                s.precascade(1 + rnd(3) as usize);
+                s.precascade(1 + rnd(3) as usize, &mut (rnd(3) as usize));
                 assert!(
                     seen <= at && at <= now,
                     "evicted at {at}, read {seen}, now {now}"

@@ -64,9 +64,20 @@ pub(crate) trait Links {
 ///   the current level 0 due, and swaps the bank in as level 0: exactly the
 ///   lists the cascade would have built.
 ///
-/// Only the pending list is walked ahead: a crossing that also moves a
-/// level-2 or higher digit walks a list of up to 2^(2R) ticks, and its walk
-/// can start only in the last level-1 slot before it.
+/// A crossing that also moves the level-2 digit (every 2^(2R) ticks; ~2.1
+/// s at the map's default precision) has a pending list of up to 2^(2R)
+/// ticks of deadlines, too many to walk in the last level-1 slot before
+/// it, when its walk as `pending` can start. So that list is walked during
+/// the whole level-2 slot before, as `pending2`
+/// ([`precascade2`](Self::precascade2)), the same way one level up: its
+/// nodes due in the first 2^(2R) ticks after `boundary2` go to a second
+/// bank of level-1 lists by their level-1 digit, the others to levels 2
+/// and up (empty of other nodes, `now`'s digits there being all ones).
+/// When `now` enters the last level-1 slot before `boundary2`, that bank
+/// becomes level 1 (empty then) except its digit 0, which goes back on
+/// the pending list to be walked into the second bank of level 0 like any
+/// other. A move past that slot in one step puts the walked nodes back on
+/// `pending2` and moves plainly.
 pub(crate) struct Lists<const R: u32> {
     /// List heads: the due list at `DUE` (0), then `1 + level * SLOTS +
     /// slot`. Only as long as the highest level a node was linked at needs
@@ -90,8 +101,20 @@ pub(crate) struct Lists<const R: u32> {
     /// in its first 2^R ticks, list id `NEXT + digit` (digit 0 holds those
     /// due at `boundary` itself). Empty, with no allocation, until used.
     next_heads: Vec<u32>,
-    /// A bit per non-empty list of `next_heads`.
+    /// A bit per non-empty list of the second bank of level 0.
     next_bits: u64,
+    /// The first tick of the next level-2 slot, when `pending2` is not
+    /// [`NO_PENDING`].
+    boundary2: u64,
+    /// The list the crossing of `boundary2` would walk,
+    /// `list_for(boundary2)`, while that crossing is not the next level-1
+    /// one (then `pending` is that list); else [`NO_PENDING`].
+    pending2: usize,
+    /// A bit per non-empty list of the second bank of level 1: lists
+    /// `NEXT + SLOTS + digit` of `next_heads` hold the walked nodes of
+    /// `pending2` due in `boundary2`'s first 2^(2R) ticks, by their
+    /// level-1 digit.
+    next1_bits: u64,
 }
 
 /// List ids from here on are [`Lists`]'s second bank of level-0 lists.
@@ -123,6 +146,9 @@ impl<const R: u32> Lists<R> {
             pending: NO_PENDING,
             next_heads: Vec::new(),
             next_bits: 0,
+            boundary2: 0,
+            pending2: NO_PENDING,
+            next1_bits: 0,
         };
         lists.find_pending();
         lists
@@ -137,6 +163,20 @@ impl<const R: u32> Lists<R> {
             }
             None => self.pending = NO_PENDING,
         }
+        let mask2 = (1u64 << (2 * R)) - 1;
+        self.pending2 = match (self.now | mask2).checked_add(1) {
+            Some(b2) if self.pending != NO_PENDING && b2 != self.boundary => {
+                self.boundary2 = b2;
+                self.list_for(b2)
+            }
+            _ => NO_PENDING,
+        };
+    }
+
+    /// The id of the second bank's level-1 list for `digit`.
+    #[inline]
+    fn bank1(digit: usize) -> usize {
+        NEXT + Self::SLOTS + digit
     }
 
     /// The head of `list`, `NIL` if it is empty (or nothing was ever linked).
@@ -184,6 +224,8 @@ impl<const R: u32> Lists<R> {
         let list = self.list_for(deadline);
         let list = if list == self.pending {
             self.next_place(deadline)
+        } else if list == self.pending2 {
+            self.place2(deadline)
         } else {
             list
         };
@@ -195,23 +237,63 @@ impl<const R: u32> Lists<R> {
     pub(crate) fn unlink(&mut self, store: &mut impl Links, index: u32, deadline: u64) {
         let list = self.list_for(deadline);
         if list == self.pending {
-            self.unlink_pending(store, index, deadline);
+            let ahead = self.next_place(deadline);
+            self.unlink_either(store, index, list, ahead);
+        } else if list == self.pending2 {
+            let ahead = self.place2(deadline);
+            self.unlink_either(store, index, list, ahead);
         } else {
             self.unlink_from(store, list, index);
         }
     }
 
-    /// Unlinks node `index` of the pending list's deadlines: it is on that
-    /// list (not walked yet) or on its place ahead. Only a head needs to
+    /// Unlinks node `index` of a pending list's deadlines: it is on that
+    /// list (not walked yet) or on its place `ahead`. Only a head needs to
     /// know which list it is on, and heads are distinct nodes.
-    fn unlink_pending(&mut self, store: &mut impl Links, index: u32, deadline: u64) {
-        let ahead = self.next_place(deadline);
+    fn unlink_either(&mut self, store: &mut impl Links, index: u32, pending: usize, ahead: usize) {
         let list = if self.head(ahead) == index {
             ahead
         } else {
-            self.pending
+            pending
         };
         self.unlink_from(store, list, index);
+    }
+
+    /// Where a node with `deadline` (at or after `boundary2`) goes when it
+    /// leaves `pending2`: the second bank of level 1 for its level-1 digit
+    /// if it is due within 2^(2R) ticks of `boundary2`, else its list with
+    /// `now` at `boundary2` (levels 2 up to `pending2`'s minus one, empty
+    /// of other nodes while `now`'s digits there are all ones).
+    fn place2(&self, deadline: u64) -> usize {
+        debug_assert!(self.pending2 != NO_PENDING && deadline >= self.boundary2);
+        let x = deadline ^ self.boundary2;
+        if x >> (2 * R) == 0 {
+            return Self::bank1(((deadline >> R) & Self::MASK) as usize);
+        }
+        let level = (63 - x.leading_zeros()) / R;
+        let slot = ((deadline >> (level * R)) & Self::MASK) as usize;
+        Self::list_id(level as usize, slot)
+    }
+
+    /// [`precascade`](Self::precascade) for `pending2`: walks up to
+    /// `budget` of its nodes to [`place2`](Self::place2). Returns whether
+    /// nodes are left on it.
+    pub(crate) fn precascade2(&mut self, store: &mut impl Links, budget: usize) -> bool {
+        if self.pending2 == NO_PENDING {
+            return false;
+        }
+        let list = self.pending2;
+        for _ in 0..budget {
+            let head = self.head(list);
+            if head == NIL {
+                return false;
+            }
+            store.prefetch_node(store.links(head).1);
+            self.unlink_from(store, list, head);
+            let to = self.place2(store.deadline(head));
+            self.push_back(store, to, head);
+        }
+        self.head(list) != NIL
     }
 
     /// Where a node with `deadline` (at or after `boundary`) goes when it
@@ -265,6 +347,7 @@ impl<const R: u32> Lists<R> {
         let list = self.list_for(a);
         list == self.list_for(b)
             && (list != self.pending || self.next_place(a) == self.next_place(b))
+            && (list != self.pending2 || self.place2(a) == self.place2(b))
     }
 
     /// The first due node, if any (it stays linked).
@@ -289,7 +372,7 @@ impl<const R: u32> Lists<R> {
         if self.head(Self::DUE) != NIL {
             return Some(self.now);
         }
-        if self.level_bits == 0 && self.next_bits == 0 {
+        if self.level_bits == 0 && self.next_bits == 0 && self.next1_bits == 0 {
             return None;
         }
         if self.pending == NO_PENDING || self.slot_bits[0] != 0 {
@@ -299,15 +382,32 @@ impl<const R: u32> Lists<R> {
         // Walked nodes and those still pending are at or after the
         // boundary: the second bank by its digits, levels below the
         // pending list's against the boundary, the rest against `now`.
-        let pending_level = Self::level_slot(self.pending).0;
-        let below = (1u64 << pending_level) - 1;
         let bank = (self.next_bits != 0)
             .then(|| self.boundary + u64::from(self.next_bits.trailing_zeros()));
-        let ahead = (self.level_bits & below != 0)
-            .then(|| self.earliest(self.boundary, self.level_bits & below));
-        let rest = (self.level_bits & !below != 0)
-            .then(|| self.earliest(self.now, self.level_bits & !below));
-        [bank, ahead, rest].into_iter().flatten().min()
+        let group = |base: u64, levels: u64| {
+            let levels = self.level_bits & levels;
+            (levels != 0).then(|| self.earliest(base, levels))
+        };
+        let below = |list: usize| (1u64 << Self::level_slot(list).0) - 1;
+        if self.pending2 == NO_PENDING {
+            let below = below(self.pending);
+            let ahead = group(self.boundary, below);
+            let rest = group(self.now, !below);
+            return [bank, ahead, rest].into_iter().flatten().min();
+        }
+        // `pending` is at level 1. Level 1 holds this level-2 slot's nodes;
+        // the second bank of level 1 and levels 2 up to `pending2`'s minus
+        // one hold nodes walked ahead of `boundary2`.
+        let bank1 = (self.next1_bits != 0)
+            .then(|| self.boundary2 + (u64::from(self.next1_bits.trailing_zeros()) << R));
+        let below2 = below(self.pending2);
+        let level1 = group(self.now, 0b10);
+        let ahead2 = group(self.boundary2, below2 & !0b11);
+        let rest = group(self.now, !below2);
+        [bank, level1, bank1, ahead2, rest]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The first tick of the earliest non-empty slot of the lowest level in
@@ -329,19 +429,23 @@ impl<const R: u32> Lists<R> {
     /// bins after what is due already.
     pub(crate) fn all_due(&mut self, store: &mut impl Links) {
         self.precascade(store, usize::MAX);
+        self.precascade2(store, usize::MAX);
+        // Level 0, its bank, level 1, its bank, the rest: deadline order.
         let level0 = Self::list_id(1, 0).min(self.heads.len());
-        for list in 1..level0 {
-            self.splice_to_due(store, list);
-        }
-        for list in NEXT..NEXT + self.next_heads.len() {
-            self.splice_to_due(store, list);
-        }
-        for list in level0..self.heads.len() {
+        let level1 = Self::list_id(2, 0).min(self.heads.len());
+        let banks = self.next_heads.len();
+        let order = (1..level0)
+            .chain(NEXT..NEXT + banks.min(Self::SLOTS))
+            .chain(level0..level1)
+            .chain(NEXT + banks.min(Self::SLOTS)..NEXT + banks)
+            .chain(level1..self.heads.len());
+        for list in order {
             self.splice_to_due(store, list);
         }
         self.slot_bits.fill(0);
         self.level_bits = 0;
         self.next_bits = 0;
+        self.next1_bits = 0;
     }
 
     /// Fills `out` with the first nodes of the list that holds deadline
@@ -384,23 +488,22 @@ impl<const R: u32> Lists<R> {
     fn list_of_tick(&self, tick: u64) -> Option<(usize, u64)> {
         debug_assert!(tick > self.now);
         let list = self.list_for(tick);
-        let base = if list != self.pending {
-            self.now
-        } else if self.head(list) == NIL {
-            self.boundary
-        } else {
+        let (list, base) = if list != self.pending && list != self.pending2 {
+            (list, self.now)
+        } else if self.head(list) != NIL {
             return None;
-        };
-        let list = if base == self.now {
-            list
+        } else if list == self.pending {
+            (self.next_place(tick), self.boundary)
         } else {
-            self.next_place(tick)
+            (self.place2(tick), self.boundary2)
         };
-        if tick == base {
-            return Some((list, tick)); // the bank's list of the boundary
-        }
-        let bit = 63 - (tick ^ base).leading_zeros();
-        let below = (bit / R) * R;
+        let below = if list >= Self::bank1(0) {
+            R // one level-1 digit
+        } else if list >= NEXT {
+            0 // one tick
+        } else {
+            (63 - (tick ^ base).leading_zeros()) / R * R
+        };
         Some((list, tick | ((1u64 << below) - 1)))
     }
 
@@ -421,10 +524,7 @@ impl<const R: u32> Lists<R> {
     fn push_back(&mut self, store: &mut impl Links, list: usize, index: u32) {
         let head = self.head(list);
         if head == NIL {
-            if list < NEXT && list >= self.heads.len() || list >= NEXT && self.next_heads.is_empty()
-            {
-                self.grow_heads(list);
-            }
+            self.make_room(list);
             store.set_prev(index, index);
             store.set_next(index, index);
             self.set_head(list, index);
@@ -455,12 +555,30 @@ impl<const R: u32> Lists<R> {
         }
     }
 
+    /// Makes sure `list` has a head to set.
+    #[inline]
+    fn make_room(&mut self, list: usize) {
+        let room = if list < NEXT {
+            self.heads.len()
+        } else {
+            NEXT + self.next_heads.len()
+        };
+        if list >= room {
+            self.grow_heads(list);
+        }
+    }
+
     /// Makes room for `list`'s head and those of the rest of its level.
     #[cold]
     #[inline(never)]
     fn grow_heads(&mut self, list: usize) {
         if list >= NEXT {
-            self.next_heads.resize(Self::SLOTS, NIL);
+            let len = if list < Self::bank1(0) {
+                Self::SLOTS
+            } else {
+                2 * Self::SLOTS
+            };
+            self.next_heads.resize(len.max(self.next_heads.len()), NIL);
             return;
         }
         let len = match list {
@@ -473,7 +591,9 @@ impl<const R: u32> Lists<R> {
 
     #[inline]
     fn mark_occupied(&mut self, list: usize) {
-        if list >= NEXT {
+        if list >= Self::bank1(0) {
+            self.next1_bits |= 1 << (list - Self::bank1(0));
+        } else if list >= NEXT {
             self.next_bits |= 1 << (list - NEXT);
         } else if list != Self::DUE {
             let (level, slot) = Self::level_slot(list);
@@ -484,7 +604,9 @@ impl<const R: u32> Lists<R> {
 
     #[inline]
     fn mark_empty(&mut self, list: usize) {
-        if list >= NEXT {
+        if list >= Self::bank1(0) {
+            self.next1_bits &= !(1 << (list - Self::bank1(0)));
+        } else if list >= NEXT {
             self.next_bits &= !(1 << (list - NEXT));
         } else if list != Self::DUE {
             let (level, slot) = Self::level_slot(list);
@@ -529,9 +651,82 @@ impl<const R: u32> Lists<R> {
         }
         if self.pending != NO_PENDING && to >= self.boundary {
             self.cross(store);
+            if self.pending2 != NO_PENDING {
+                if to > self.now | Self::MASK {
+                    // Past the new level-1 slot: back to plain lists.
+                    self.unwind2(store);
+                } else if (self.now | Self::MASK) + 1 == self.boundary2 {
+                    self.install2(store);
+                }
+            }
         }
         self.move_plainly(store, to);
         self.find_pending();
+    }
+
+    /// `now` has just entered the last level-1 slot before `boundary2`,
+    /// which `pending` now names as well: the second bank of level 1 for
+    /// digits 1 and up becomes level 1 (empty: `now`'s level-1 digit is all
+    /// ones), and its digit 0 goes back on `pending2`, to be walked into
+    /// the second bank of level 0 as `pending`. Nodes at levels 2 up were
+    /// placed where `next_place` places them.
+    fn install2(&mut self, store: &mut impl Links) {
+        self.splice_onto(store, Self::bank1(0), self.pending2);
+        let mut bank = std::mem::take(&mut self.next1_bits);
+        if bank != 0 && self.heads.len() < Self::list_id(2, 0) {
+            self.grow_heads(Self::list_id(1, 0));
+        }
+        while bank != 0 {
+            let digit = bank.trailing_zeros() as usize;
+            bank &= bank - 1;
+            let head = std::mem::replace(&mut self.next_heads[Self::SLOTS + digit], NIL);
+            self.heads[Self::list_id(1, digit)] = head;
+            self.mark_occupied(Self::list_id(1, digit));
+        }
+    }
+
+    /// Puts every node walked ahead of `boundary2` back on `pending2`, for
+    /// a move past the next level-1 slot (which the plain algorithm does).
+    fn unwind2(&mut self, store: &mut impl Links) {
+        let mut bank = self.next1_bits;
+        while bank != 0 {
+            let digit = bank.trailing_zeros() as usize;
+            bank &= bank - 1;
+            self.splice_onto(store, Self::bank1(digit), self.pending2);
+        }
+        let level2 = Self::level_slot(self.pending2).0;
+        for level in 2..level2 {
+            let mut slots = self.slot_bits[level];
+            while slots != 0 {
+                let slot = slots.trailing_zeros() as usize;
+                slots &= slots - 1;
+                self.splice_onto(store, Self::list_id(level, slot), self.pending2);
+            }
+        }
+    }
+
+    /// Moves the whole of list `from` to the end of list `to`, in O(1),
+    /// with their occupancy bits.
+    fn splice_onto(&mut self, store: &mut impl Links, from: usize, to: usize) {
+        let head = self.head(from);
+        if head == NIL {
+            return;
+        }
+        self.set_head(from, NIL);
+        self.mark_empty(from);
+        let onto = self.head(to);
+        if onto == NIL {
+            self.make_room(to);
+            self.set_head(to, head);
+            self.mark_occupied(to);
+        } else {
+            let (onto_tail, _) = store.links(onto);
+            let (tail, _) = store.links(head);
+            store.set_next(onto_tail, head);
+            store.set_prev(head, onto_tail);
+            store.set_next(tail, onto);
+            store.set_prev(onto, tail);
+        }
     }
 
     /// Moves `now` to `boundary`: walks what is left of the pending list,
@@ -658,9 +853,19 @@ impl<const R: u32> Lists<R> {
             Some(b) => assert_eq!((self.boundary, self.pending), (b, self.list_for(b))),
             None => assert_eq!(self.pending, NO_PENDING),
         }
-        for list in (0..=Self::LAST).chain(NEXT..NEXT + Self::SLOTS) {
+        let mask2 = (1u64 << (2 * R)) - 1;
+        match (self.now | mask2).checked_add(1) {
+            Some(b2) if self.pending != NO_PENDING && b2 != self.boundary => {
+                assert_eq!((self.boundary2, self.pending2), (b2, self.list_for(b2)));
+            }
+            _ => assert_eq!(self.pending2, NO_PENDING),
+        }
+        for list in (0..=Self::LAST).chain(NEXT..NEXT + 2 * Self::SLOTS) {
             let head = self.head(list);
-            if list >= NEXT {
+            if list >= Self::bank1(0) {
+                let bit = self.next1_bits & (1 << (list - Self::bank1(0))) != 0;
+                assert_eq!(bit, head != NIL, "level-1 bank bit mismatch at list {list}");
+            } else if list >= NEXT {
                 let bit = self.next_bits & (1 << (list - NEXT)) != 0;
                 assert_eq!(bit, head != NIL, "bank bit mismatch at list {list}");
             } else if list != Self::DUE {
@@ -679,7 +884,9 @@ impl<const R: u32> Lists<R> {
                 assert_eq!(store.links(prev).1, cur, "broken forward link");
                 let (deadline, want) = (store.deadline(cur), self.list_for(store.deadline(cur)));
                 assert!(
-                    want == list || want == self.pending && self.next_place(deadline) == list,
+                    want == list
+                        || want == self.pending && self.next_place(deadline) == list
+                        || want == self.pending2 && self.place2(deadline) == list,
                     "node {cur} on the wrong list"
                 );
                 cur = next;

@@ -394,6 +394,13 @@ impl<T, const R: u32> TimerWheel<T, R> {
         self.lists.precascade(&mut self.nodes, budget)
     }
 
+    /// The same for the next level-2 slot (`Lists::precascade2`).
+    /// Test-only.
+    #[cfg(test)]
+    pub(crate) fn precascade2(&mut self, budget: usize) -> bool {
+        self.lists.precascade2(&mut self.nodes, budget)
+    }
+
     /// Checks every internal invariant; panics with a description if one
     /// fails. O(number of nodes). Test-only.
     #[cfg(test)]

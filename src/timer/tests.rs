@@ -642,7 +642,11 @@ fn model_episode<const R: u32>(rng: &mut SplitMix64, seed: u64, episode: usize, 
         if rng.below(4) == 0 {
             // Walking ahead (as the map's passes do) changes nothing seen.
             let budget = [1, 2, 5, usize::MAX][rng.below(4) as usize];
-            w.precascade(budget);
+            if rng.below(2) == 0 {
+                w.precascade(budget);
+            } else {
+                w.precascade2(budget);
+            }
             w.validate();
         }
         let op = rng.below(100);
@@ -881,4 +885,43 @@ fn a_wheel_with_only_timers_ahead_drains_and_fires_them() {
     assert_eq!(w2.next_wakeup(), Some(64));
     assert_eq!(fire(&mut w2, 64), [64]);
     assert_eq!(fire(&mut w2, 70), [70]);
+}
+
+/// The next level-2 slot's timers walked ahead of time into the second
+/// bank of level 1 (and levels 2 up), then either moved into place when
+/// time enters the last level-1 slot before it, or put back for a move
+/// past it in one step: either way every timer fires exactly at its
+/// deadline.
+#[test]
+fn walking_ahead_of_the_next_level_2_slot_then_crossing_it() {
+    for jump in [false, true] {
+        let mut w: TimerWheel<u64, 6> = TimerWheel::with_level_bits(10);
+        for d in [8192, 8193, 8256, 9096, 12287, 12288, 70_000] {
+            w.insert(d, d);
+        }
+        // Linked before 8192's list became the next level-2 slot's (at
+        // 4096), so they wait there to be walked.
+        assert_eq!(fire(&mut w, 4096), Vec::<u64>::new());
+        assert!(w.precascade2(2));
+        w.validate();
+        assert!(!w.precascade2(usize::MAX));
+        w.validate();
+        assert_eq!(w.next_wakeup(), Some(8192));
+        w.insert(8196, 8196); // straight to the bank's digit 0
+        w.validate();
+        if !jump {
+            for t in (4160..8192).step_by(64) {
+                assert_eq!(fire(&mut w, t), Vec::<u64>::new(), "at {t}");
+                w.precascade(3);
+                w.precascade2(3);
+                w.validate();
+            }
+            assert_eq!(w.next_wakeup(), Some(8192));
+        }
+        assert_eq!(fire(&mut w, 8192), [8192], "jump {jump}");
+        assert_eq!(fire(&mut w, 8256), [8193, 8196, 8256]);
+        assert_eq!(fire(&mut w, 12287), [9096, 12287]);
+        assert_eq!(fire(&mut w, 12288), [12288]);
+        assert_eq!(fire(&mut w, u64::MAX), [70_000]);
+    }
 }
