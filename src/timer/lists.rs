@@ -279,21 +279,7 @@ impl<const R: u32> Lists<R> {
     /// `budget` of its nodes to [`place2`](Self::place2). Returns whether
     /// nodes are left on it.
     pub(crate) fn precascade2(&mut self, store: &mut impl Links, budget: usize) -> bool {
-        if self.pending2 == NO_PENDING {
-            return false;
-        }
-        let list = self.pending2;
-        for _ in 0..budget {
-            let head = self.head(list);
-            if head == NIL {
-                return false;
-            }
-            store.prefetch_node(store.links(head).1);
-            self.unlink_from(store, list, head);
-            let to = self.place2(store.deadline(head));
-            self.push_back(store, to, head);
-        }
-        self.head(list) != NIL
+        self.walk(store, self.pending2, budget, Self::place2)
     }
 
     /// Where a node with `deadline` (at or after `boundary`) goes when it
@@ -317,10 +303,22 @@ impl<const R: u32> Lists<R> {
     /// (see [Walking ahead](Self#walking-ahead)). Returns whether nodes
     /// are left on it.
     pub(crate) fn precascade(&mut self, store: &mut impl Links, budget: usize) -> bool {
-        if self.pending == NO_PENDING {
+        self.walk(store, self.pending, budget, Self::next_place)
+    }
+
+    /// Moves up to `budget` nodes from the head of `list` (a pending list,
+    /// or [`NO_PENDING`]) to `place(deadline)`; returns whether nodes are
+    /// left on it.
+    fn walk(
+        &mut self,
+        store: &mut impl Links,
+        list: usize,
+        budget: usize,
+        place: fn(&Self, u64) -> usize,
+    ) -> bool {
+        if list == NO_PENDING {
             return false;
         }
-        let list = self.pending;
         for _ in 0..budget {
             let head = self.head(list);
             if head == NIL {
@@ -329,7 +327,7 @@ impl<const R: u32> Lists<R> {
             // One cache miss per node: start the next one first.
             store.prefetch_node(store.links(head).1);
             self.unlink_from(store, list, head);
-            let to = self.next_place(store.deadline(head));
+            let to = place(self, store.deadline(head));
             self.push_back(store, to, head);
         }
         self.head(list) != NIL
@@ -633,13 +631,19 @@ impl<const R: u32> Lists<R> {
             }
             self.heads[Self::DUE] = head;
         } else {
-            let (due_tail, _) = store.links(due);
-            let (tail, _) = store.links(head);
-            store.set_next(due_tail, head);
-            store.set_prev(head, due_tail);
-            store.set_next(tail, due);
-            store.set_prev(due, tail);
+            Self::append(store, due, head);
         }
+    }
+
+    /// Links the circular list headed by `head` after the tail of the one
+    /// headed by `onto` (both non-empty), in O(1).
+    fn append(store: &mut impl Links, onto: u32, head: u32) {
+        let (onto_tail, _) = store.links(onto);
+        let (tail, _) = store.links(head);
+        store.set_next(onto_tail, head);
+        store.set_prev(head, onto_tail);
+        store.set_next(tail, onto);
+        store.set_prev(onto, tail);
     }
 
     /// Moves time forward to `to` (no-op if `to <= now`), restoring the
@@ -720,12 +724,7 @@ impl<const R: u32> Lists<R> {
             self.set_head(to, head);
             self.mark_occupied(to);
         } else {
-            let (onto_tail, _) = store.links(onto);
-            let (tail, _) = store.links(head);
-            store.set_next(onto_tail, head);
-            store.set_prev(head, onto_tail);
-            store.set_next(tail, onto);
-            store.set_prev(onto, tail);
+            Self::append(store, onto, head);
         }
     }
 
