@@ -67,7 +67,7 @@ const NEXT_TICK_SEARCH: usize = 32;
 /// The table-probe predicate for `key`: user `Eq` on the stored key of a
 /// slot whose hash bits already matched.
 #[inline]
-fn is_key<'a, K, V, Q>(slab: &'a Slab<K, V>, key: &'a Q) -> impl Fn(u32) -> bool + 'a
+fn is_key<'a, K, V, Q>(slab: &'a Slab<K, V>, key: &'a Q) -> impl Fn(u32) -> bool + Copy + 'a
 where
     K: Borrow<Q>,
     Q: Eq + ?Sized,

@@ -349,18 +349,19 @@ impl Table {
         &self,
         home: Home,
         h32: u32,
-        mut eq: impl FnMut(u32) -> bool,
+        eq: impl Fn(u32) -> bool + Copy,
     ) -> Option<u32> {
         debug_assert_eq!(home.0, self.home(h32));
-        match self.scan_from(home.0, h32, &mut eq) {
+        match self.scan_from(home.0, h32, eq) {
             Ok((_, index)) => Some(index),
+            Err(_) if self.old.len == 0 => None,
             Err(_) => self.find_old(h32, eq),
         }
     }
 
     /// The slab index held for hash bits `h32` that satisfies `eq`.
     #[inline]
-    pub(crate) fn find(&self, h32: u32, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+    pub(crate) fn find(&self, h32: u32, eq: impl Fn(u32) -> bool + Copy) -> Option<u32> {
         self.find_from(Home(self.home(h32)), h32, eq)
     }
 
