@@ -727,8 +727,8 @@ mod tests {
     /// reachable, moved-from slots stay empty, and a growth that fell
     /// behind (forced here: steps of 3 slots and the ends of the clusters
     /// they reach keep up) finishes before the next begins. Checked after
-    /// every operation, with hash bits from 8 values (long clusters that
-    /// wrap) and from all 2^32.
+    /// every operation during a growth (and every 64th otherwise), with
+    /// hash bits from 8 values (long clusters that wrap) and from all 2^32.
     #[test]
     #[cfg_attr(miri, ignore = "safe code; slow under Miri")]
     fn growth_step_by_step_keeps_every_entry_findable() {
@@ -764,7 +764,9 @@ mod tests {
                     finished_at_once += 1;
                 }
                 midway += usize::from(table.old.len != 0);
-                table.validate(hash_of);
+                if table.old.len != 0 || r % 64 == 0 {
+                    table.validate(hash_of);
+                }
                 assert_eq!(table.len(), model.len());
                 let probe = (next(&mut state) % 3_000) as u32;
                 let want = model.contains(&probe).then_some(probe);

@@ -647,7 +647,6 @@ fn model_episode<const R: u32>(rng: &mut SplitMix64, seed: u64, episode: usize, 
             } else {
                 w.precascade2(budget);
             }
-            w.validate();
         }
         let op = rng.below(100);
         let full = pending.len() as u64 >= cap;
