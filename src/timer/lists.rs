@@ -266,9 +266,17 @@ impl<const R: u32> Lists<R> {
     /// of other nodes while `now`'s digits there are all ones).
     fn place2(&self, deadline: u64) -> usize {
         debug_assert!(self.pending2 != NO_PENDING && deadline >= self.boundary2);
-        let x = deadline ^ self.boundary2;
-        if x >> (2 * R) == 0 {
-            return Self::bank1(((deadline >> R) & Self::MASK) as usize);
+        Self::place_from(deadline, self.boundary2, Self::bank1(0), R)
+    }
+
+    /// The list of `deadline` (at or after `base`) with `now` at `base`,
+    /// except that deadlines sharing every digit of `base` from bit
+    /// `bank_shift + R` up go to the bank of lists from `bank`, by their
+    /// digit at `bank_shift`.
+    fn place_from(deadline: u64, base: u64, bank: usize, bank_shift: u32) -> usize {
+        let x = deadline ^ base;
+        if x >> (bank_shift + R) == 0 {
+            return bank + ((deadline >> bank_shift) & Self::MASK) as usize;
         }
         let level = (63 - x.leading_zeros()) / R;
         let slot = ((deadline >> (level * R)) & Self::MASK) as usize;
@@ -287,16 +295,7 @@ impl<const R: u32> Lists<R> {
     /// being the second bank.
     fn next_place(&self, deadline: u64) -> usize {
         debug_assert!(self.pending != NO_PENDING && deadline >= self.boundary);
-        if deadline == self.boundary {
-            return NEXT;
-        }
-        let bit = 63 - (deadline ^ self.boundary).leading_zeros();
-        let level = bit / R;
-        let slot = ((deadline >> (level * R)) & Self::MASK) as usize;
-        match level {
-            0 => NEXT + slot,
-            _ => Self::list_id(level as usize, slot),
-        }
+        Self::place_from(deadline, self.boundary, NEXT, 0)
     }
 
     /// Walks up to `budget` nodes of the pending list to their places ahead
