@@ -158,7 +158,7 @@ fn distance_in(n: usize, from: usize, to: usize) -> usize {
 /// Walks the cluster of `slots` from `home`: `Ok((position, index))` of the
 /// slot whose tag bits equal `tag` and whose index satisfies `eq`, or
 /// `Err(position)` of the empty slot that ends the walk.
-#[inline]
+#[inline(always)]
 fn scan_in(
     slots: &[u32],
     home: usize,
@@ -166,17 +166,36 @@ fn scan_in(
     index_mask: u32,
     mut eq: impl FnMut(u32) -> bool,
 ) -> Result<(usize, u32), usize> {
-    let mut i = home;
-    loop {
-        let s = slots[i];
+    // From `home` to the end, then from the start: the wrap is tested once,
+    // not at every slot (a miss in a 3/4-full table passes ~8 of them).
+    let (wrapped, from_home) = slots.split_at(home);
+    #[inline(always)]
+    fn at(
+        i: usize,
+        s: u32,
+        tag: u32,
+        index_mask: u32,
+        eq: &mut impl FnMut(u32) -> bool,
+    ) -> Option<Result<(usize, u32), usize>> {
         if s == EMPTY {
-            return Err(i);
+            Some(Err(i))
+        } else if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
+            Some(Ok((i, s & index_mask)))
+        } else {
+            None
         }
-        if (s ^ tag) & !index_mask == 0 && eq(s & index_mask) {
-            return Ok((i, s & index_mask));
-        }
-        i = next_in(slots.len(), i);
     }
+    for (i, &s) in from_home.iter().enumerate() {
+        if let Some(r) = at(home + i, s, tag, index_mask, &mut eq) {
+            return r;
+        }
+    }
+    for (i, &s) in wrapped.iter().enumerate() {
+        if let Some(r) = at(i, s, tag, index_mask, &mut eq) {
+            return r;
+        }
+    }
+    unreachable!("a table always holds an empty slot")
 }
 
 /// Empties slot `hole` of `slots` and shifts back the later members of its
@@ -344,7 +363,7 @@ impl Table {
 
     /// [`find`](Self::find) from `home`, which [`start`](Self::start) gave
     /// for `h32` with the table unchanged since.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find_from(
         &self,
         home: Home,
