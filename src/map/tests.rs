@@ -540,6 +540,10 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                     let d = now + 1 + rnd(20 * P);
                     let w = if weighted { rnd(12) } else { 1 };
                     let outcome = loop {
+                        // As the map tells it: no entry expires before the
+                        // floor, so none has expired while it is not past
+                        // (then a new key never counted is refused at once).
+                        let due_here = s.deadline_floor() < now;
                         match s.put_bounded(
                             k,
                             &mut Some((k, serial)),
@@ -547,7 +551,7 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                             now,
                             w,
                             &mut out,
-                            true,
+                            due_here,
                             alone,
                         ) {
                             // The only way a shard alone runs short: an
@@ -581,7 +585,14 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                             };
                             assert_eq!(old.door, door, "step {step}");
                         }
-                        PutOutcome::Refused => {}
+                        // Expired entries make room before the policy
+                        // refuses anything: none is left.
+                        PutOutcome::Refused => {
+                            let gone = |key: &u64| out.iter().any(|r| r.key == *key);
+                            let expired =
+                                |(key, m): (&u64, &(u64, u64, u64))| now > m.1 && !gone(key);
+                            assert!(!model.iter().any(expired), "step {step}");
+                        }
                     }
                     if !refused {
                         model.insert(k, (serial, d, w));

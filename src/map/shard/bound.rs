@@ -19,7 +19,11 @@ impl<K, V> Shard<K, V> {
     /// budget has no room and this shard nothing more to give, nothing
     /// changes and the result is [`PutOutcome::NoRoom`]. `due_here`: this
     /// shard may hold entries expired at `now` (when it does not, making
-    /// room skips the search for them).
+    /// room skips the search for them); `due_elsewhere()`: another may.
+    ///
+    /// A new key never counted is refused without a look for a victim
+    /// (the CLOCK hand stays) when no shard may hold an expired entry: it
+    /// would lose to any victim, and no expired entry could make room.
     #[allow(clippy::too_many_arguments)] // one call site, each argument a fact of the put
     pub(crate) fn put_bounded(
         &mut self,
@@ -106,7 +110,11 @@ impl<K, V> Shard<K, V> {
                     let seen = b.sketch.frequency_then_increment(h32);
                     let candidate = if reserved { 0 } else { seen };
                     if !reserved {
-                        let room = if weight > b.cap {
+                        // A candidate never counted loses to every victim
+                        // (`Bound::admits`): unless expired entries could
+                        // make room, the hand need not look for one.
+                        let room = if weight > b.cap || (seen == 0 && !due_here && !due_elsewhere())
+                        {
                             Room::Refused
                         } else {
                             let c = Some(candidate);
