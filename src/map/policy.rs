@@ -218,20 +218,23 @@ impl Sketch {
             c = Self::read(&self.blocks[block], &at);
         }
         let least = c[0].min(c[1]).min(c[2]).min(c[3]);
-        if least < 15 {
-            let words = &mut self.blocks[block];
-            // The four counters lie in four different words: `c` stays
-            // what each holds while the others grow.
-            for (&(word, shift), &v) in at.iter().zip(&c) {
-                if v == least {
-                    words[word & 7] += 1 << shift;
-                }
-            }
+        // Conservative update: only the counters at the least grow, none
+        // past 15. Without branches: which of the four are least is
+        // anybody's guess, and a wrong guess costs more than the adds.
+        let grow = u64::from(least < 15);
+        let words = &mut self.blocks[block];
+        // The four counters lie in four different words: `c` stays what
+        // each holds while the others grow.
+        for (&(word, shift), &v) in at.iter().zip(&c) {
+            words[word & 7] += (grow & u64::from(v == least)) << shift;
         }
         before
     }
 
     /// Halves every counter (rounding down) and the increment count.
+    /// Once per period: out of the increments' line.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn halve(&mut self) {
         for w in self.blocks.iter_mut().flatten() {
             *w = (*w >> 1) & 0x7777_7777_7777_7777;
