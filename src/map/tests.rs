@@ -115,7 +115,9 @@ fn shard_random_ops_keep_table_and_wheel_consistent() {
                 assert_eq!(got, want);
             }
         }
-        s.validate();
+        if validates(step) {
+            s.validate();
+        }
         assert_eq!(s.len(), model.len());
         let floor = s.deadline_floor();
         assert!(model.values().all(|m| floor <= m.1), "floor {floor}");
@@ -512,6 +514,14 @@ fn a_deadline_changed_in_place_is_evicted_at_the_new_deadline() {
     assert_eq!(s.len(), 0);
 }
 
+/// Whether the random model tests validate the whole shard after `step`:
+/// after every step natively; under Miri, which is there for the slab's
+/// `unsafe` code, every 16th (a validation visits every node, list and
+/// slot, and took most of those tests' time there).
+fn validates(step: u64) -> bool {
+    !cfg!(miri) || step % 16 == 0
+}
+
 /// `put_bounded`'s answer for the other shards of a shard tested alone:
 /// none holds expired entries.
 fn alone() -> bool {
@@ -620,7 +630,9 @@ fn bounded_shard_random_ops_keep_the_bound_and_every_value() {
                 let held = model.remove(&r.key).expect("left twice, or never held");
                 assert_eq!(held.0, r.value, "step {step}");
             }
-            s.validate();
+            if validates(step) {
+                s.validate();
+            }
             let (used, bound) = s.usage().unwrap();
             assert!(used <= bound);
             let expect: u64 = model.values().map(|m| m.2).sum();
@@ -841,7 +853,9 @@ fn an_idle_shard_evicts_at_the_effective_deadline() {
                 assert_eq!(got, want, "step {step}");
             }
         }
-        s.validate();
+        if validates(step) {
+            s.validate();
+        }
         assert_eq!(s.len(), model.len());
         let floor = s.deadline_floor();
         assert!(model.values().all(|m| floor <= until(m)), "floor {floor}");
