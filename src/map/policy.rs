@@ -33,7 +33,9 @@
 //!   key displaces the CLOCK victim only if its estimate is higher than the
 //!   victim's; otherwise the new value is refused. A scan of keys seen once
 //!   therefore does not flush the cache, and a loop over more keys than fit
-//!   keeps a fixed part of it instead of missing every time.
+//!   keeps a fixed part of it instead of missing every time. A key never
+//!   counted loses to any victim, so while no shard may hold an expired
+//!   entry it is refused without the hand looking for one (the hand stays).
 //!
 //!   The candidate is judged by its estimate *before* the put in hand is
 //!   counted. A held key's accesses reach the sketch only when the hand
