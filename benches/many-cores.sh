@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The many-core figures of BENCHMARKS.md ("16 cores", "Writers share the
-# eviction work", "Eviction lateness"), for a machine with no Rust
+# eviction work", "Eviction lateness"), and the one-thread hit-ratio
+# replay on that machine too, for a machine with no Rust
 # toolchain: build static binaries here, copy the folder there, run them.
 #
 #   bash benches/many-cores.sh build [DIR]   # static binaries into DIR
@@ -19,10 +20,10 @@ build)
   target=x86_64-unknown-linux-gnu
   export RUSTFLAGS="-C target-feature=+crt-static"
   json=$(cargo bench -p expiremap-benches --bench scaling --bench eviction_holds \
-    --no-run --target "$target" --message-format=json)
+    --bench hit_ratio --no-run --target "$target" --message-format=json)
   cargo build --release --example lateness --target "$target"
   mkdir -p "$dir"
-  for name in scaling eviction_holds; do
+  for name in scaling eviction_holds hit_ratio; do
     exe=$(printf '%s\n' "$json" | grep '"executable":"[^"]*/'"$name"'-[^"]*"' \
       | sed 's/.*"executable":"\([^"]*\)".*/\1/' | tail -1)
     cp "$exe" "$dir/$name"
@@ -36,8 +37,8 @@ run)
   out=${2:?usage: many-cores.sh run OUT}
   mkdir -p "$out"
   quick=${QUICK:-}
-  secs=1; entries=1000000; rounds=3
-  if [ -n "$quick" ]; then secs=0.1; entries=20000; rounds=1; fi
+  secs=1; entries=1000000; rounds=3; requests=3000000
+  if [ -n "$quick" ]; then secs=0.1; entries=20000; rounds=1; requests=100000; fi
   cores=$(nproc)
   {
     echo "== scaling, $cores threads, default shards"
@@ -66,6 +67,12 @@ run)
     echo "== lateness, $((3 * entries)) entries over 5 s, $shards shards"
     "$here/lateness" --entries $((3 * entries)) --spread-ms 5000 --shards "$shards" --worst 5
   done >> "$out/lateness.txt" 2>&1
+  # One thread, so a quieter machine than the development VM; three
+  # runs, each with every peer on the same traces.
+  for round in 1 2 3; do
+    echo "== hit_ratio, round $round"
+    HIT_RATIO_REQUESTS=$requests "$here/hit_ratio"
+  done > "$out/hit-ratio.txt" 2>&1
   echo "done: $(ls "$out" | tr '\n' ' ')"
   ;;
 *)
