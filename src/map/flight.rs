@@ -16,7 +16,12 @@
 //!   its `init` (or `f`) with no lock held. Its [`FlightGuard`] ends the
 //!   flight when dropped, however `init` ends (a value, an error, a panic):
 //!   it unregisters it under the write lock, then records the outcome and
-//!   wakes every waiter. So a waiter that wakes finds the key free.
+//!   wakes every waiter. So a waiter that wakes finds the key free. A
+//!   load's store unregisters its flight under the lock it stores under
+//!   ([`FlightGuard::left`]), saving the guard that lock round: still
+//!   before the outcome is recorded, and never before the store is
+//!   settled (a put that must make room elsewhere unlocks between
+//!   rounds, and the flight stays registered over them).
 //! * **Waiting** is parking on the flight's condition variable for a
 //!   blocking caller, or, for an async caller, a waker registered in the
 //!   flight's state under its mutex (the guard takes the wakers out and
@@ -58,6 +63,7 @@
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, thread, unmodeled};
 use std::any::Any;
 use std::borrow::Borrow;
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -327,6 +333,9 @@ pub(crate) struct FlightGuard<'a, K, V> {
     /// Where the flight is registered (`Sync`, so that an async loader's
     /// future, which holds the guard, is `Send`).
     lock: &'a (dyn Registry<K, V> + Sync),
+    /// Still in the shard's list: cleared by [`left`](Self::left), when a
+    /// store took it out under its own lock hold.
+    registered: Cell<bool>,
 }
 
 impl<'a, K, V> FlightGuard<'a, K, V> {
@@ -337,7 +346,15 @@ impl<'a, K, V> FlightGuard<'a, K, V> {
             value: None,
             error: None,
             lock,
+            registered: Cell::new(true),
         }
+    }
+
+    /// The flight was taken out of its shard's list (under the shard's
+    /// write lock, by the store that ends its load): the drop need not
+    /// take the lock again.
+    pub(crate) fn left(&self) {
+        self.registered.set(false);
     }
 
     /// The load succeeded with `value` (handed to the waiters at drop).
@@ -354,7 +371,9 @@ impl<'a, K, V> FlightGuard<'a, K, V> {
 impl<K, V> Drop for FlightGuard<'_, K, V> {
     fn drop(&mut self) {
         // This guard holds another handle: no key is dropped under the lock.
-        drop(self.lock.unregister(&self.flight));
+        if self.registered.get() {
+            drop(self.lock.unregister(&self.flight));
+        }
         let mut state = self.flight.state.lock();
         let ended = match (self.value.take(), self.error.take()) {
             (Some(v), _) => State::Done(v),

@@ -42,9 +42,26 @@ pub enum Update<V> {
 /// lock (see `flight`).
 impl<K, V> flight::Registry<K, V> for RwLock<Shard<K, V>> {
     fn unregister(&self, flight: &Arc<Flight<K, V>>) -> Option<Arc<Flight<K, V>>> {
-        let mut shard = self.write();
-        let at = shard.flights.iter().position(|f| Arc::ptr_eq(f, flight))?;
-        Some(shard.flights.swap_remove(at))
+        self.write().take_flight(flight)
+    }
+}
+
+impl<K, V> Shard<K, V> {
+    /// Takes `flight` out of this shard's list, if it is there (called
+    /// under the shard's write lock).
+    fn take_flight(&mut self, flight: &Arc<Flight<K, V>>) -> Option<Arc<Flight<K, V>>> {
+        let at = self.flights.iter().position(|f| Arc::ptr_eq(f, flight))?;
+        Some(self.flights.swap_remove(at))
+    }
+
+    /// The store that settles `guard`'s load (under the shard's write
+    /// lock) takes its flight out, so that the guard's drop need not lock
+    /// again. The handle taken out is dropped here: the guard holds
+    /// another, so no key is dropped under the lock.
+    pub(super) fn end_flight(&mut self, guard: &flight::FlightGuard<'_, K, V>) {
+        if self.take_flight(&guard.flight).is_some() {
+            guard.left();
+        }
     }
 }
 
@@ -580,7 +597,7 @@ where
                 let own = matches!(ttl, Ttl::Own);
                 let ttl = self.ttl_for_new(ttl, &key, &v);
                 if !ttl.is_zero() {
-                    let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(&guard.flight));
+                    let _ = self.put_slow(key, v.clone(), ttl, PutIf::Untouched(guard));
                 } else if own {
                     // The policy's zero: a live entry (a reload's) expires.
                     self.expire_untouched(&key, &guard.flight);

@@ -25,8 +25,10 @@ pub(super) enum PutIf<'a, K, V> {
     Absent,
     /// A live entry for the key.
     Live,
-    /// No write touched the key since this load began.
-    Untouched(&'a flight::Flight<K, V>),
+    /// No write touched the key since this load began. The put takes the
+    /// load's flight out of the shard's list under the lock hold that
+    /// settles it (stored, refused, or touched), and tells the guard.
+    Untouched(&'a flight::FlightGuard<'a, K, V>),
     /// The key's live entry has this write deadline (`None`: no live
     /// entry), as a write with the map's expiry read it (`expiry`).
     Seen(Option<u64>),
@@ -159,7 +161,10 @@ where
                         }
                     }
                     // A write during the load wins (see `load`).
-                    PutIf::Untouched(load) if load.touched() => return Ok(None),
+                    PutIf::Untouched(load) if load.flight.touched() => {
+                        shard.end_flight(load);
+                        return Ok(None);
+                    }
                     PutIf::Untouched(_) => {}
                     // Kept a deadline that has passed since: nothing to store.
                     PutIf::Commit {
@@ -188,6 +193,13 @@ where
                     inner.due_here(hash, now),
                     due_elsewhere,
                 );
+                if let PutIf::Untouched(load) = cond {
+                    // Settled here unless it must make room elsewhere
+                    // (the load stays registered over those rounds).
+                    if !matches!(outcome, PutOutcome::NoRoom { .. }) {
+                        shard.end_flight(load);
+                    }
+                }
                 if give_back && matches!(outcome, PutOutcome::Refused) {
                     // The refused value is the last thing the shard pushed
                     // out (`Shard::put_bounded`).
