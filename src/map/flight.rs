@@ -92,9 +92,14 @@ pub(crate) struct Flight<K, V> {
     /// an async load, whose task may move between threads and parks none.
     /// A handle, so that registering a load allocates no copy of the name.
     runner: Option<thread::Thread>,
-    /// Set once it ended: the wait graph reads it without any loom-modelled
-    /// operation (see `sync::unmodeled`).
-    over: unmodeled::Arc<unmodeled::AtomicBool>,
+    /// Set once it ended (before `linked` is read): a waiter that finds it
+    /// set does not enter the wait graph. Read without any loom-modelled
+    /// operation (see `sync::unmodeled`), as the graph's mutex is.
+    over: unmodeled::AtomicBool,
+    /// Set by the first waiter to enter the wait graph (before `over` is
+    /// read), so that the flight's end marks the graph's links to it over.
+    /// A flight nobody waited for ends without the graph's mutex.
+    linked: unmodeled::AtomicBool,
 }
 
 enum State<V> {
@@ -136,7 +141,8 @@ impl<K, V> Flight<K, V> {
             ended: Condvar::new(),
             touched: AtomicBool::new(false),
             runner: (!task).then_some(me),
-            over: unmodeled::Arc::new(unmodeled::AtomicBool::new(false)),
+            over: unmodeled::AtomicBool::new(false),
+            linked: unmodeled::AtomicBool::new(false),
         }
     }
 
@@ -382,7 +388,14 @@ impl<K, V> Drop for FlightGuard<'_, K, V> {
         };
         let waiting = std::mem::replace(&mut *state, ended);
         drop(state);
+        // With `Edge::enter`'s store to `linked` and load of `over` (all
+        // SeqCst), at least one side sees the other's: either this end
+        // marks the waiter's link, or the waiter sees the end and links
+        // nothing.
         self.flight.over.store(true, unmodeled::Ordering::SeqCst);
+        if self.flight.linked.load(unmodeled::Ordering::SeqCst) {
+            graph::ended(&self.flight);
+        }
         self.flight.ended.notify_all();
         if let State::Running(wakers) = waiting {
             wakers.into_iter().for_each(Waker::wake);
@@ -400,7 +413,12 @@ mod graph {
         waiter: thread::ThreadId,
         runner: Option<thread::ThreadId>,
         runner_name: Option<String>,
-        over: unmodeled::Arc<unmodeled::AtomicBool>,
+        /// The flight waited for, by address: only compared, never read. The
+        /// waiter holds a handle to it for as long as the link exists, so no
+        /// other flight can have that address meanwhile.
+        flight: usize,
+        /// The flight ended (set by [`ended`] under the graph's mutex).
+        over: bool,
     }
 
     static WAITS: unmodeled::Mutex<Vec<Link>> = unmodeled::Mutex::new(Vec::new());
@@ -418,6 +436,19 @@ mod graph {
         }
     }
 
+    fn address<K, V>(flight: &Flight<K, V>) -> usize {
+        std::ptr::from_ref(flight).addr()
+    }
+
+    /// `flight` ended, after a waiter had linked to it: its links are over.
+    #[cold]
+    pub(super) fn ended<K, V>(flight: &Flight<K, V>) {
+        let at = address(flight);
+        for link in waits().iter_mut().filter(|l| l.flight == at) {
+            link.over = true;
+        }
+    }
+
     /// The calling thread's wait, recorded while it lasts.
     pub(super) struct Edge(thread::ThreadId);
 
@@ -430,20 +461,26 @@ mod graph {
         /// the calling thread runs. Every link of such a chain is a thread
         /// parked until a flight ends whose runner is parked in turn, and
         /// the last flight's runner is the calling thread, which is inside
-        /// that flight (its `over` is unset): none can end. A link whose
+        /// that flight (it is not `over`): none can end. A link whose
         /// flight is `over` ends the walk, so a wait that is already
         /// ending is never taken for a cycle.
         pub(super) fn enter<K, V>(flight: &Flight<K, V>) -> Self {
             let me = thread::current().id();
             let mut waits = waits();
+            // See `FlightGuard::drop`: it stores `over`, then reads `linked`.
+            flight.linked.store(true, unmodeled::Ordering::SeqCst);
+            if flight.over.load(unmodeled::Ordering::SeqCst) {
+                // It ended: the wait returns at once, and links nothing.
+                return Edge(me);
+            }
             let mut runner = flight.runner_id();
             let mut runner_name = flight.runner_name();
-            let mut over = flight.over.clone();
+            let mut over = false;
             let mut chain = String::new();
             // Each thread waits for one flight at a time: a walk longer
             // than the graph has left it.
             for _ in 0..=waits.len() {
-                if over.load(unmodeled::Ordering::SeqCst) {
+                if over {
                     break;
                 }
                 let Some(runner_id) = runner else {
@@ -474,14 +511,14 @@ mod graph {
                 let Some(next) = waits.iter().find(|l| l.waiter == runner_id) else {
                     break;
                 };
-                (runner, runner_name, over) =
-                    (next.runner, next.runner_name.clone(), next.over.clone());
+                (runner, runner_name, over) = (next.runner, next.runner_name.clone(), next.over);
             }
             waits.push(Link {
                 waiter: me,
                 runner: flight.runner_id(),
                 runner_name: flight.runner_name(),
-                over: flight.over.clone(),
+                flight: address(flight),
+                over: false,
             });
             Edge(me)
         }
@@ -494,5 +531,69 @@ mod graph {
                 waits.swap_remove(i);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Flight, FlightGuard, Kind, Registry, graph};
+    use std::sync::{Arc, mpsc};
+
+    /// A registry the flights of these tests are never in.
+    struct Nowhere;
+
+    impl Registry<u32, u32> for Nowhere {
+        fn unregister(&self, _: &Arc<Flight<u32, u32>>) -> Option<Arc<Flight<u32, u32>>> {
+            None
+        }
+    }
+
+    /// Thread B runs flight 3 and waits for flight 1, run by this thread.
+    /// If flight 1 is still running, this thread waiting for flight 3
+    /// closes a cycle; once flight 1 ended (B not yet awake to unlink), it
+    /// does not: the end marked B's link over.
+    fn chain_through_flight_one(end_it_first: bool) -> Result<(), String> {
+        let one = Arc::new(Flight::<u32, u32>::new(1, 1, Kind::Load, false));
+        let (to_main, from_b) = mpsc::channel();
+        let (to_b, from_main) = mpsc::channel::<()>();
+        let b = {
+            let one = one.clone();
+            std::thread::spawn(move || {
+                let three = Arc::new(Flight::<u32, u32>::new(3, 3, Kind::Load, false));
+                let edge = graph::Edge::enter(&one);
+                to_main.send(three).unwrap();
+                from_main.recv().unwrap();
+                drop(edge);
+            })
+        };
+        let three = from_b.recv().unwrap();
+        if end_it_first {
+            drop(FlightGuard::new(one.clone(), &Nowhere));
+        }
+        let enter = std::panic::AssertUnwindSafe(|| drop(graph::Edge::enter(&three)));
+        let waited = std::panic::catch_unwind(enter)
+            .map_err(|p| p.downcast_ref::<String>().cloned().unwrap_or_default());
+        to_b.send(()).unwrap();
+        b.join().unwrap();
+        waited
+    }
+
+    #[test]
+    fn a_wait_through_a_running_flight_back_to_its_runner_is_a_cycle() {
+        let msg = chain_through_flight_one(false).expect_err("a cycle");
+        assert!(msg.contains("a cycle of loads or updates"), "{msg}");
+    }
+
+    #[test]
+    fn a_wait_through_a_flight_that_ended_is_no_cycle() {
+        assert_eq!(chain_through_flight_one(true), Ok(()));
+    }
+
+    #[test]
+    fn a_wait_for_a_flight_that_ended_links_nothing() {
+        let one = Arc::new(Flight::<u32, u32>::new(1, 1, Kind::Load, false));
+        drop(FlightGuard::new(one.clone(), &Nowhere));
+        // Run by this thread, but over: no panic for waiting on itself.
+        drop(graph::Edge::enter(&one));
     }
 }
