@@ -27,7 +27,8 @@
 //! # Ground rules
 //!
 //! * No `unsafe` but [`prefetch_line`]'s hint (which the slab uses too)
-//!   and no user code: the table sees only `u32`s. Key equality is
+//!   and the 16-byte SSE2 load of four slots in [`group_masks`], and no
+//!   user code: the table sees only `u32`s. Key equality is
 //!   the caller's closure over the slab index, run only for slots whose tag
 //!   matches. The key's 32 hash bits live with the slab node; growth and
 //!   removal ask the caller's `hash_of(index)` for them, never the key.
@@ -57,6 +58,12 @@
 //!   Below 2^17 slots a growth all at once takes at most ~2.5 ms; step by
 //!   step there, a fill of 128 shards put p99 of a put at 2.2-2.7 µs
 //!   against 0.7-0.8 (`eviction_holds`, nothing expiring).
+//! * A probe tests four slots a step: which are empty and which pass the
+//!   tag, as two 4-bit masks, then one branch on whether any of the four
+//!   ends the walk or needs `eq`. Testing slot by slot, the branch that
+//!   ended a walk at its empty slot (or a hit past its home slot) was
+//!   mispredicted about once a probe; four at a time, most walks end in
+//!   their first step (BENCHMARKS.md, "A full bounded map's miss").
 //! * At most 3/4 full (from 8 slots up to 2^32), so every probe meets an
 //!   empty slot and ends. Removal shifts later members of the cluster back
 //!   instead of leaving tombstones (Knuth's Algorithm R), so lookups never
@@ -155,6 +162,46 @@ fn distance_in(n: usize, from: usize, to: usize) -> usize {
     if to >= from { to - from } else { to + n - from }
 }
 
+/// Which of four slots are empty (bit `j` for `g[j]`), and which have
+/// the tag bits `hi` of `tag` (an empty slot may too).
+#[inline(always)]
+fn group_masks(g: &[u32; 4], tag: u32, hi: u32) -> (u32, u32) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{
+            _mm_and_si128, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_loadu_si128, _mm_movemask_ps,
+            _mm_set1_epi32, _mm_setzero_si128, _mm_xor_si128,
+        };
+        // SAFETY: SSE2 is part of every x86-64 CPU. The only memory read is
+        // the unaligned 16-byte load of `g`, a valid `[u32; 4]` borrowed
+        // for the call; the rest works on registers.
+        #[allow(unused_unsafe)]
+        unsafe {
+            let v = _mm_loadu_si128(g.as_ptr().cast());
+            let empty = _mm_cmpeq_epi32(v, _mm_set1_epi32(EMPTY as i32));
+            let masked = _mm_and_si128(
+                _mm_xor_si128(v, _mm_set1_epi32(tag as i32)),
+                _mm_set1_epi32(hi as i32),
+            );
+            let tagged = _mm_cmpeq_epi32(masked, _mm_setzero_si128());
+            (
+                _mm_movemask_ps(_mm_castsi128_ps(empty)) as u32,
+                _mm_movemask_ps(_mm_castsi128_ps(tagged)) as u32,
+            )
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        let mut empty = 0u32;
+        let mut tagged = 0u32;
+        for (j, &s) in g.iter().enumerate() {
+            empty |= u32::from(s == EMPTY) << j;
+            tagged |= u32::from((s ^ tag) & hi == 0) << j;
+        }
+        (empty, tagged)
+    }
+}
+
 /// Walks the cluster of `slots` from `home`: `Ok((position, index))` of the
 /// slot whose tag bits equal `tag` and whose index satisfies `eq`, or
 /// `Err(position)` of the empty slot that ends the walk.
@@ -185,8 +232,30 @@ fn scan_in(
             None
         }
     }
-    for (i, &s) in from_home.iter().enumerate() {
-        if let Some(r) = at(home + i, s, tag, index_mask, &mut eq) {
+    // Four slots at a time: one branch on whether any of them ends the
+    // walk or passes the tag, instead of one per slot.
+    let hi = !index_mask;
+    let mut groups = from_home.chunks_exact(4);
+    let mut base = home;
+    for g in &mut groups {
+        let g: &[u32; 4] = g.try_into().expect("chunks of four");
+        let (empty, tagged) = group_masks(g, tag, hi);
+        let mut events = empty | tagged;
+        while events != 0 {
+            let j = events.trailing_zeros();
+            if empty >> j & 1 != 0 {
+                return Err(base + j as usize);
+            }
+            let index = g[j as usize] & index_mask;
+            if eq(index) {
+                return Ok((base + j as usize, index));
+            }
+            events &= events - 1;
+        }
+        base += 4;
+    }
+    for (i, &s) in groups.remainder().iter().enumerate() {
+        if let Some(r) = at(base + i, s, tag, index_mask, &mut eq) {
             return r;
         }
     }
@@ -684,6 +753,38 @@ mod tests {
         match table.probe(h32, |_| false, index, hash_of) {
             Probe::Vacant(at) => table.fill(at, h32, index),
             Probe::Found(_) => unreachable!("`eq` never matches"),
+        }
+    }
+
+    /// The four-slot masks (SSE2 on x86-64, plain code elsewhere and under
+    /// Miri) say, slot by slot, what the one-slot test says: empty slots,
+    /// and slots whose bits above the index match the tag's, the empty one
+    /// included when the tag's high bits are all ones.
+    #[test]
+    fn group_masks_match_the_slot_by_slot_test() {
+        let mut state = 7;
+        for round in 0..if cfg!(miri) { 200 } else { 20_000 } {
+            let index_mask = (1u32 << (12 + round % 17)) - 1;
+            let hi = !index_mask;
+            let tag = match round % 3 {
+                0 => u32::MAX,
+                _ => next(&mut state) as u32,
+            };
+            let mut g = [0u32; 4];
+            for s in &mut g {
+                let r = next(&mut state);
+                *s = match r % 4 {
+                    0 => EMPTY,
+                    1 => (tag & hi) | ((r >> 8) as u32 & index_mask),
+                    _ => (r >> 8) as u32,
+                };
+            }
+            let (empty, tagged) = group_masks(&g, tag, hi);
+            for (j, &s) in g.iter().enumerate() {
+                assert_eq!(empty >> j & 1 != 0, s == EMPTY, "{g:x?} {tag:x}");
+                assert_eq!(tagged >> j & 1 != 0, (s ^ tag) & hi == 0, "{g:x?} {tag:x}");
+            }
+            assert_eq!((empty | tagged) >> 4, 0);
         }
     }
 
