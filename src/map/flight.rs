@@ -68,6 +68,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+/// [`Flight::graph`]'s bit for a flight that ended.
+const OVER: u8 = 1;
+/// [`Flight::graph`]'s bit for a flight a waiter linked to in the wait graph.
+const LINKED: u8 = 2;
+
 /// What a flight is doing for its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -92,14 +97,12 @@ pub(crate) struct Flight<K, V> {
     /// an async load, whose task may move between threads and parks none.
     /// A handle, so that registering a load allocates no copy of the name.
     runner: Option<thread::Thread>,
-    /// Set once it ended (before `linked` is read): a waiter that finds it
-    /// set does not enter the wait graph. Read without any loom-modelled
-    /// operation (see `sync::unmodeled`), as the graph's mutex is.
-    over: unmodeled::AtomicBool,
-    /// Set by the first waiter to enter the wait graph (before `over` is
-    /// read), so that the flight's end marks the graph's links to it over.
-    /// A flight nobody waited for ends without the graph's mutex.
-    linked: unmodeled::AtomicBool,
+    /// [`OVER`] once it ended, [`LINKED`] once a waiter entered the wait
+    /// graph for it: each side sets its bit with one read-modify-write and
+    /// sees whether the other's was there (see [`graph`]). Not
+    /// loom-modelled (see `sync::unmodeled`), as the graph's mutex is not;
+    /// `loom-tests/tests/wait_graph.rs` models the handshake.
+    graph: unmodeled::AtomicU8,
 }
 
 enum State<V> {
@@ -141,8 +144,7 @@ impl<K, V> Flight<K, V> {
             ended: Condvar::new(),
             touched: AtomicBool::new(false),
             runner: (!task).then_some(me),
-            over: unmodeled::AtomicBool::new(false),
-            linked: unmodeled::AtomicBool::new(false),
+            graph: unmodeled::AtomicU8::new(0),
         }
     }
 
@@ -388,12 +390,16 @@ impl<K, V> Drop for FlightGuard<'_, K, V> {
         };
         let waiting = std::mem::replace(&mut *state, ended);
         drop(state);
-        // With `Edge::enter`'s store to `linked` and load of `over` (all
-        // SeqCst), at least one side sees the other's: either this end
-        // marks the waiter's link, or the waiter sees the end and links
+        // Both bits are set by RMWs of one word: whichever comes second
+        // sees the other's. Either a waiter linked first (this end marks
+        // its link over, under the graph's mutex, which the waiter held
+        // from its RMW to its link), or the waiter sees the end and links
         // nothing.
-        self.flight.over.store(true, unmodeled::Ordering::SeqCst);
-        if self.flight.linked.load(unmodeled::Ordering::SeqCst) {
+        let before = self
+            .flight
+            .graph
+            .fetch_or(OVER, unmodeled::Ordering::AcqRel);
+        if before & LINKED != 0 {
             graph::ended(&self.flight);
         }
         self.flight.ended.notify_all();
@@ -407,7 +413,7 @@ impl<K, V> Drop for FlightGuard<'_, K, V> {
 /// which thread. One mutex held only for a walk of a few edges; only the
 /// slow path (a caller that waits) touches it.
 mod graph {
-    use super::{Flight, thread, unmodeled};
+    use super::{Flight, LINKED, OVER, thread, unmodeled};
 
     struct Link {
         waiter: thread::ThreadId,
@@ -467,9 +473,9 @@ mod graph {
         pub(super) fn enter<K, V>(flight: &Flight<K, V>) -> Self {
             let me = thread::current().id();
             let mut waits = waits();
-            // See `FlightGuard::drop`: it stores `over`, then reads `linked`.
-            flight.linked.store(true, unmodeled::Ordering::SeqCst);
-            if flight.over.load(unmodeled::Ordering::SeqCst) {
+            // See `FlightGuard::drop`, which sets `OVER` the same way.
+            let before = flight.graph.fetch_or(LINKED, unmodeled::Ordering::AcqRel);
+            if before & OVER != 0 {
                 // It ended: the wait returns at once, and links nothing.
                 return Edge(me);
             }
