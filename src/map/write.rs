@@ -132,8 +132,22 @@ where
         cond: PutIf<'_, K, V>,
         give_back: bool,
     ) -> Result<Option<V>, NotStored<K, V>> {
+        let hash = self.inner.hasher.hash_one(&key);
+        self.put_cond_at(hash, key, value, ttl, cond, give_back)
+    }
+
+    /// [`put_cond`](Self::put_cond) of a key whose hash the caller has
+    /// (a load's store: its flight's).
+    pub(super) fn put_cond_at(
+        &self,
+        hash: u64,
+        key: K,
+        value: V,
+        ttl: Duration,
+        cond: PutIf<'_, K, V>,
+        give_back: bool,
+    ) -> Result<Option<V>, NotStored<K, V>> {
         let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(&key);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
         // Declared before the lock guard, so that if the user's `Eq` panics
         // in the probe, the key and value, and anything the bound pushed out,
