@@ -65,7 +65,12 @@ mod tsc {
 /// A map reads its clock *after* it has taken the shard lock of the entry
 /// an operation works on, so that whether an entry has expired is decided
 /// with the time at which the operation acts, however long it waited for
-/// the lock. `now` therefore runs while that lock is held: it must be quick,
+/// the lock. An operation with nothing to judge by the time reads none: a
+/// read in a shard that never held an entry with a deadline, or a put of
+/// an entry that never expires into such a shard (in a bounded map, while
+/// no other shard holds one either), with neither idle expiry nor refresh
+/// ahead on; what such a put pushes out is published with the time read
+/// after the unlock. `now` runs while that lock is held: it must be quick,
 /// and it must not call into a map that uses this clock (that would wait on
 /// the lock it is called under). A panic in `now` propagates to the caller
 /// and leaves the map unchanged.
@@ -358,6 +363,24 @@ mod tests {
         clock.unwatch(key);
         clock.advance(Duration::from_millis(1));
         assert_eq!(hits.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_deadline_met_without_a_bound_is_judged_with_the_exact_time() {
+        // `now_at_most_if(false)` (a shard without deadlines) gives no
+        // bound: a finite deadline met with it still reads the clock.
+        let manual = Time::new(ManualClock::starting_at(100));
+        assert_eq!(manual.now_at_most_if(false), u64::MAX);
+        assert_eq!(manual.now_at_most_if(true), 100);
+        assert!(manual.live(u64::MAX, u64::MAX));
+        assert!(manual.live(u64::MAX, 100));
+        assert!(!manual.live(u64::MAX, 99));
+        assert!(!manual.live(100, 99), "an exact reading settles it");
+
+        let system = Time::new(SystemClock::new());
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(!system.live(u64::MAX, 0));
+        assert!(system.live(u64::MAX, u64::MAX - 1));
     }
 
     #[test]

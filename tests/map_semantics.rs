@@ -702,3 +702,124 @@ fn next_expiry_with_only_saturated_entries_is_centuries_away() {
     assert_eq!(map.len(), 8);
     assert_eq!(map.get(&3), Some(3));
 }
+
+/// A clock set by hand that counts its reads.
+struct Counted {
+    t: Arc<AtomicU64>,
+    reads: Arc<AtomicU64>,
+}
+
+impl Clock for Counted {
+    fn now(&self) -> u64 {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.t.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn reads_of_a_shard_whose_entries_never_expire_read_no_clock() {
+    for bounded in [false, true] {
+        let (t, reads) = (Arc::new(AtomicU64::new(5)), Arc::new(AtomicU64::new(0)));
+        let mut builder = ExpireMap::<u32, u32>::builder()
+            .clock(Counted {
+                t: t.clone(),
+                reads: reads.clone(),
+            })
+            .shards(1)
+            .background_eviction(false);
+        if bounded {
+            builder = builder.max_entries(100);
+        }
+        let map = builder.build();
+        let reads_by = |f: &dyn Fn()| {
+            let before = reads.load(Ordering::SeqCst);
+            f();
+            reads.load(Ordering::SeqCst) - before
+        };
+        map.insert(1, 10); // no TTL configured: never expires
+        map.put(2, 20, Duration::MAX); // saturates to never
+        let all_reads = || {
+            assert_eq!(map.get(&1), Some(10));
+            assert_eq!(map.get(&3), None);
+            assert!(map.contains_key(&2));
+            assert_eq!(map.get_many([&1, &2, &3]), [Some(10), Some(20), None]);
+        };
+        assert_eq!(reads_by(&all_reads), 0, "bounded: {bounded}");
+
+        // One entry with a deadline: reads judge it, and every other, with
+        // the clock, exactly.
+        map.put(4, 40, 10 * MS);
+        assert!(reads_by(&all_reads) > 0, "bounded: {bounded}");
+        t.fetch_add(10_000_000, Ordering::SeqCst);
+        assert_eq!(map.get(&4), Some(40), "the deadline is inclusive");
+        t.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(map.get(&4), None);
+        assert!(!map.contains_key(&4));
+        assert_eq!(map.get_many([&4, &1]), [None, Some(10)]);
+        assert_eq!(map.get(&2), Some(20));
+
+        // Emptied, the shard starts over without deadlines.
+        map.clear();
+        map.insert(1, 11);
+        assert_eq!(reads_by(&|| assert_eq!(map.get(&1), Some(11))), 0);
+    }
+}
+
+#[test]
+fn writes_of_entries_that_never_expire_read_no_clock_until_a_deadline_or_an_event_needs_it() {
+    for bounded in [false, true] {
+        let (t, reads) = (Arc::new(AtomicU64::new(7)), Arc::new(AtomicU64::new(0)));
+        let mut builder = ExpireMap::<u32, u32>::builder()
+            .clock(Counted {
+                t: t.clone(),
+                reads: reads.clone(),
+            })
+            .shards(1)
+            .background_eviction(false)
+            .publish_removals(true);
+        if bounded {
+            builder = builder.max_entries(2);
+        }
+        let map = builder.build();
+        let reads_by = |f: &dyn Fn()| {
+            let before = reads.load(Ordering::SeqCst);
+            f();
+            reads.load(Ordering::SeqCst) - before
+        };
+        let writes = || {
+            map.insert(1, 10);
+            assert_eq!(map.put(2, 20, Duration::MAX), None);
+            assert_eq!(map.insert(1, 11), Some(10), "a replaced value is live");
+            assert_eq!(map.get_or_insert_with(3, Duration::MAX, || 30), 30);
+        };
+        assert_eq!(reads_by(&writes), 0, "bounded: {bounded}");
+        let held = if bounded { 2 } else { 3 };
+        assert_eq!(map.len(), held, "bounded: {bounded}");
+
+        // With a subscriber, what leaves is published with the clock's time,
+        // read when the event is.
+        let mut sub = map.subscribe().unwrap();
+        t.store(9, Ordering::SeqCst);
+        assert_eq!(map.insert(1, 12), Some(11));
+        let replaced = sub.try_recv().unwrap();
+        assert_eq!((replaced.key, replaced.cause), (1, Cause::Replaced));
+        assert_eq!(replaced.removed_at(), Duration::from_nanos(9));
+        if bounded {
+            // Full: the newcomer (never asked for before) is refused.
+            map.insert(4, 40);
+            let refused = sub.try_recv().unwrap();
+            assert_eq!((refused.key, refused.cause), (4, Cause::Size));
+            assert_eq!(refused.removed_at(), Duration::from_nanos(9));
+        }
+        assert!(sub.try_recv().is_err());
+
+        // A deadline in the shard: every write reads the clock again.
+        map.put(5, 50, 10 * MS);
+        assert!(
+            reads_by(&|| {
+                map.insert(6, 60);
+            }) > 0,
+            "bounded: {bounded}"
+        );
+    }
+}

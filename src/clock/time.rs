@@ -52,6 +52,16 @@ impl Time {
         }
     }
 
+    /// [`now_at_most`](Self::now_at_most) if `timed` (a shard that may hold
+    /// an entry with a deadline), else `u64::MAX` without reading the clock:
+    /// every deadline there is `u64::MAX`, which [`live`](Self::live) finds
+    /// live with any bound. The flag only saves the read: were a finite
+    /// deadline met with the `u64::MAX` bound, `live` reads the exact time.
+    #[inline]
+    pub(crate) fn now_at_most_if(&self, timed: bool) -> u64 {
+        if timed { self.now_at_most() } else { u64::MAX }
+    }
+
     /// `true` if `deadline` has not passed, given `bound` from
     /// [`now_at_most`](Self::now_at_most), read under the same shard lock.
     #[inline]
@@ -59,8 +69,9 @@ impl Time {
         bound <= deadline
             || match self {
                 Time::System(c) => c.now_after(bound) <= deadline,
-                // The bound was the exact time.
-                Time::Other { .. } => false,
+                // The bound was the exact time, unless it was no bound
+                // (`now_at_most_if` of an untimed shard).
+                Time::Other { .. } => bound == u64::MAX && self.now() <= deadline,
             }
     }
 
@@ -85,7 +96,7 @@ impl Time {
         &self,
         lock: impl FnOnce() -> G,
         warm: impl FnOnce(&G) -> W,
-        read: impl FnOnce(&Time) -> T,
+        read: impl FnOnce(&Time, &G) -> T,
     ) -> (G, W, T) {
         let guard = lock();
         let w = warm(&guard);
@@ -93,8 +104,8 @@ impl Time {
             // A local copy: `read` need not load and test the variant again
             // after the lock (an atomic operation, after which the compiler
             // must reload `self`).
-            &Time::System(c) => read(&Time::System(c)),
-            Time::Other { .. } => read(self),
+            &Time::System(c) => read(&Time::System(c), &guard),
+            Time::Other { .. } => read(self, &guard),
         };
         (guard, w, t)
     }

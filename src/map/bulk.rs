@@ -37,7 +37,6 @@ use super::expiry::Ttl;
 use super::flight::{self, Ended, Flight, FlightGuard, Kind};
 use super::shard::{Home, Shard};
 use super::{ExpireMap, Inner};
-use crate::clock::Time;
 use crate::sync::{Arc, RwLock, unmodeled};
 use std::borrow::Borrow;
 use std::convert::Infallible;
@@ -489,7 +488,7 @@ where
         let (shard, (), now) = self.inner.clock.around(
             || lock.read(),
             |s| homes.extend(group.iter().map(|&(h, _)| s.start(h))),
-            Time::now,
+            |t, _| t.now(),
         );
         for (&(h, i), &home) in group.iter().zip(homes.iter()) {
             let Some(found) = shard.get_from(home, h, keys[i]) else {
@@ -773,7 +772,7 @@ where
         let (shard, (), bound) = self.clock.around(
             || lock.read(),
             |s| homes.extend(first.iter().map(|&(h, _)| s.start(h))),
-            Time::now_at_most,
+            |t, s| t.now_at_most_if(s.timed()),
         );
         for (j, &(h, i)) in group.iter().enumerate() {
             if let Some(&(later, _)) = group.get(j + AHEAD) {

@@ -142,7 +142,7 @@ where
     /// to receive, or `V::clone` of the notification copy) is caught and
     /// dropped, so that the call it serves still returns its value (see
     /// "Panics" in the crate docs).
-    pub(super) fn leave(&self, old: Removed<K, V>, now: u64) -> Option<V> {
+    pub(super) fn leave(&self, old: Removed<K, V>, now: impl RemovedAt) -> Option<V> {
         let mut panics = Panics::new();
         let r = match old.door {
             door @ (Door::Expired | Door::Size) => {
@@ -150,7 +150,7 @@ where
                     self.size_evicted.add_one();
                 }
                 match self.events.live_sender() {
-                    Some(s) => Self::publish_evicted(&s, old, now, &mut panics),
+                    Some(s) => Self::publish_evicted(&s, old, now.at(&self.clock), &mut panics),
                     None => {
                         panics.run(move || drop(old));
                     }
@@ -173,6 +173,7 @@ where
                         deadline,
                         ..
                     } = old;
+                    let now = now.at(&self.clock);
                     panics.run(|| {
                         s.send(Event::new(key, value.clone(), cause, deadline, now));
                     });
@@ -210,15 +211,17 @@ where
     /// the `Size` ones are counted with one add.
     #[cold]
     #[inline(never)]
-    pub(super) fn leave_all(&self, out: &mut shard::Out<K, V>, now: u64) {
+    pub(super) fn leave_all(&self, out: &mut shard::Out<K, V>, now: impl RemovedAt) {
         let sender = self.events.live_sender();
+        // Read once, and only for a subscriber.
+        let at = sender.as_ref().map_or(0, |_| now.at(&self.clock));
         let mut panics = Panics::new();
         let mut size = 0;
         out.take_each(|r| match r.door {
             Door::Size | Door::Expired => {
                 size += u64::from(r.door == Door::Size);
                 match &sender {
-                    Some(s) => Self::publish_evicted(s, r, now, &mut panics),
+                    Some(s) => Self::publish_evicted(s, r, at, &mut panics),
                     None => {
                         panics.run(move || drop(r));
                     }
@@ -292,7 +295,7 @@ where
     /// Takes every entry out of `shard`, with the time read under its lock:
     /// the time that decides which of them leave as `Expired`.
     pub(super) fn take_all(&self, shard: &RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
-        let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), Time::now);
+        let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), |t, _| t.now());
         // A write of every key: loads in flight lose to it.
         guard.flights.iter().for_each(|f| f.touch());
         (guard.take_all(now), now)
@@ -322,5 +325,28 @@ where
             }
             None => panics.drop_each(batch.drain(..)),
         }
+    }
+}
+
+/// The time a removal is published with ([`Event::removed_at`]): the time
+/// its operation read under the shard lock, or, where that operation read
+/// none (`None`, see `Inner::put_time`), the clock read when an event needs
+/// it, after the lock (a time within the operation, after the removal).
+pub(super) trait RemovedAt: Copy {
+    /// The time, read from `clock` if the operation read none.
+    fn at(self, clock: &Time) -> u64;
+}
+
+impl RemovedAt for u64 {
+    #[inline]
+    fn at(self, _: &Time) -> u64 {
+        self
+    }
+}
+
+impl RemovedAt for Option<u64> {
+    #[inline]
+    fn at(self, clock: &Time) -> u64 {
+        self.unwrap_or_else(|| clock.now())
     }
 }

@@ -33,7 +33,7 @@
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
 use super::shard::{Removed, Shard};
-use super::{Config, EVICT_BATCH, Inner, PRECASCADE_BATCH, PRECASCADE2_PER_PASS, Time};
+use super::{Config, EVICT_BATCH, Inner, PRECASCADE_BATCH, PRECASCADE2_PER_PASS};
 use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
@@ -294,7 +294,7 @@ where
             loop {
                 let (more, now) = {
                     let (mut guard, (), now) =
-                        self.clock.around(|| shard.write(), |_| (), Time::now);
+                        self.clock.around(|| shard.write(), |_| (), |t, _| t.now());
                     let (more, at) = guard.evict(now, EVICT_BATCH, &mut batch);
                     // Nothing due: walk the timers of the wheel's next
                     // slot ahead of time, in holds of their own.

@@ -27,9 +27,9 @@
 //!
 //! [`Changes`]: super::shard::Changes
 
+use super::ExpireMap;
 use super::flight;
 use super::shard::Removed;
-use super::{ExpireMap, Time};
 use crate::unwind::{Panic, Panics, clone_pair, resume_after_unlock};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -95,7 +95,7 @@ impl<'a, K, V, S, T> Walk<'a, K, V, S, T> {
             let mut batch = std::mem::take(&mut self.batch);
             let take = self.take;
             let (next, unwound) = {
-                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
+                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), |t, _| t.now());
                 let end = *self.end.get_or_insert_with(|| guard.slab_len());
                 let span = (self.from, SPAN, end, now);
                 guard.clone_span(span, |_, k, v| take(k, v), &mut batch)
@@ -333,7 +333,8 @@ where
                 let mut watch = Watch { lock, place: None };
                 let unwound;
                 {
-                    let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
+                    let (guard, (), now) =
+                        inner.clock.around(|| lock.read(), |_| (), |t, _| t.now());
                     let end = *end.get_or_insert_with(|| guard.slab_len());
                     watch.place = Some(guard.changes.watch());
                     let take = |i, k: &K, v: &V| clone_pair(k, v).map(|(k, v)| (i, k, v));
@@ -372,7 +373,8 @@ where
             let mut again: Vec<Rejected> = Vec::new();
             let mut waits = Vec::new();
             let now = {
-                let (mut guard, (), now) = inner.clock.around(|| lock.write(), |_| (), Time::now);
+                let (mut guard, (), now) =
+                    inner.clock.around(|| lock.write(), |_| (), |t, _| t.now());
                 let place = watch.place.take().expect("watching");
                 for r in rejected.drain(..) {
                     if guard.changes.changed_since(place, r.index) {
@@ -412,7 +414,7 @@ where
             // `f` again about the entries still of the same keys.
             let mut unwound = None;
             {
-                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), Time::now);
+                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), |t, _| t.now());
                 watch.place = Some(guard.changes.watch());
                 for r in &again {
                     let same = guard

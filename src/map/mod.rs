@@ -356,14 +356,19 @@ where
         // in the probe, the key and value are dropped after the guard:
         // outside the lock.
         let mut kv = Some((key, value));
+        let ttl = nanos(ttl);
         let (outcome, kick, now, due) = {
             let key = &kv.as_ref().expect("just set").0;
-            let (mut shard, now) = inner.write_key(hash, key, false);
-            let deadline = now.saturating_add(nanos(ttl));
+            let (mut shard, read) = inner.write_key_with(hash, key, false, |t, s| {
+                inner.put_time(ttl == u64::MAX, t, s)
+            });
+            // No time read: nothing below depends on it (`put_time`).
+            let now = read.unwrap_or(0);
+            let deadline = now.saturating_add(ttl);
             let outcome = shard.put(hash, &mut kv, deadline, now);
             let timer = inner.timer_of(deadline, now);
             let kick = inner.needs_kick(&shard, timer);
-            (outcome, kick, now, inner.take_due(&mut shard, now))
+            (outcome, kick, read, inner.take_due(&mut shard, now))
         };
         self.kick_if(kick);
         // The put's own old value first, then what it evicted after it.
@@ -655,7 +660,7 @@ where
         hash: u64,
         lock: impl FnOnce(&'a RwLock<Shard<K, V>>) -> G,
         warm: impl FnOnce(&Shard<K, V>) -> W,
-        read: impl FnOnce(&Time) -> T,
+        read: impl FnOnce(&Time, &G) -> T,
     ) -> (G, W, T)
     where
         G: std::ops::Deref<Target = Shard<K, V>>,

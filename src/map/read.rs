@@ -206,8 +206,13 @@ where
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (shard, home, bound) =
-            inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now_at_most);
+        // A shard that never held an entry with a deadline needs no clock.
+        let (shard, home, bound) = inner.around(
+            hash,
+            |l| l.read(),
+            |s| s.start(hash),
+            |t, s| t.now_at_most_if(s.timed()),
+        );
         let (value, deadline) = shard.get_plain(home, hash, key)?;
         inner.clock.live(bound, deadline).then(|| f(value))
     }
@@ -272,7 +277,7 @@ where
     {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let (shard, home, t) = inner.around(hash, |l| l.read(), |s| s.start(hash), time);
+        let (shard, home, t) = inner.around(hash, |l| l.read(), |s| s.start(hash), |t, _| time(t));
         let found = match access {
             true => shard.get_from(home, hash, key)?,
             false => shard.peek_from(home, hash, key)?,

@@ -32,7 +32,6 @@
 use super::expiry::Ttl;
 use super::flight::{self, FlightGuard};
 use super::{ExpireMap, Inner};
-use crate::clock::Time;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::borrow::Borrow;
 use std::future::Future;
@@ -117,7 +116,8 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let found = {
-            let (shard, home, now) = inner.around(hash, |l| l.read(), |s| s.start(hash), Time::now);
+            let (shard, home, now) =
+                inner.around(hash, |l| l.read(), |s| s.start(hash), |t, _| t.now());
             shard.get_born(home, hash, key).and_then(|(found, born)| {
                 let stale = now.saturating_sub(born) > after;
                 found.access(now).then(|| (found.value.clone(), stale))

@@ -257,6 +257,7 @@ impl<K, V> Shard<K, V> {
                 free: Vec::new(),
                 len: 0,
                 bound: None,
+                timed: false,
             },
         }
     }
@@ -758,6 +759,7 @@ impl<K, V> Shard<K, V> {
                     let popped = entries.lists.pop_due(&mut entries.slab);
                     debug_assert_eq!(popped, Some(index));
                     entries.slab.nodes[index as usize].deadline = until;
+                    entries.timed |= until != u64::MAX;
                     entries.lists.link(&mut entries.slab, index, tick);
                     continue;
                 }
@@ -821,6 +823,25 @@ impl<K, V> Shard<K, V> {
     /// the next writes take more at once (the thread is behind).
     pub(crate) fn writers_continue(&mut self) {
         self.writers_from = 0;
+    }
+
+    /// `false` while every entry this shard ever held had deadline
+    /// `u64::MAX` (never expires): a read then needs no clock. Only a hint
+    /// for skipping the read: a deadline met without a bound is still
+    /// judged with the exact time (`Time::now_at_most_if`).
+    #[inline]
+    pub(crate) fn timed(&self) -> bool {
+        self.entries.timed
+    }
+
+    /// `true` if nothing a write does here depends on the time: the shard
+    /// never held a deadline (every entry is live at any time), and keeps
+    /// no times of its own (idle expiry's accesses, refresh ahead's write
+    /// times). Such a write may be given any time (see `Inner::put_time`).
+    #[inline]
+    pub(crate) fn time_free(&self) -> bool {
+        let nodes = &self.entries.slab.nodes;
+        !(self.entries.timed | nodes.tracks_idle | nodes.tracks_born)
     }
 
     /// Whether a write at `now` should take due entries (see

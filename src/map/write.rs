@@ -5,7 +5,6 @@
 use super::flight;
 use super::shard::{self, Door, PutOutcome, Removed, Room, Shard};
 use super::{ExpireMap, Inner, nanos};
-use crate::clock::Time;
 use crate::sync::Ordering;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -148,6 +147,7 @@ where
         give_back: bool,
     ) -> Result<Option<V>, NotStored<K, V>> {
         let inner = &*self.inner;
+        let ttl = nanos(ttl);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
         // Declared before the lock guard, so that if the user's `Eq` panics
         // in the probe, the key and value, and anything the bound pushed out,
@@ -156,12 +156,16 @@ where
         let mut out = shard::Out::new();
         let mut rounds = 0;
         loop {
-            let (outcome, kick, now, deadline, mut due) = {
+            let (outcome, kick, read, deadline, mut due) = {
                 let key = &kv.as_ref().expect("just set").0;
                 // A load's store and an update's commit are the writes their
                 // key's own flight is waiting for.
                 let own = matches!(cond, PutIf::Commit { .. } | PutIf::Untouched(_));
-                let (mut shard, now) = inner.write_key(hash, key, own);
+                let never = ttl == u64::MAX && !matches!(cond, PutIf::Commit { keep: Some(_), .. });
+                let (mut shard, read) =
+                    inner.write_key_with(hash, key, own, |t, s| inner.put_time(never, t, s));
+                // No time read: nothing below depends on it (`put_time`).
+                let now = read.unwrap_or(0);
                 match cond {
                     PutIf::Always => {}
                     PutIf::Absent => {
@@ -194,7 +198,7 @@ where
                 }
                 let deadline = match cond {
                     PutIf::Commit { keep: Some(d), .. } => d,
-                    _ => now.saturating_add(nanos(ttl)),
+                    _ => now.saturating_add(ttl),
                 };
                 let due_elsewhere = || inner.due_elsewhere(hash, now);
                 let outcome = shard.put_bounded(
@@ -232,11 +236,12 @@ where
                 (
                     outcome,
                     kick,
-                    now,
+                    read,
                     deadline,
                     inner.take_due(&mut shard, now),
                 )
             };
+            let now = read;
             self.kick_if(kick);
             // An overwritten value leaves before what the put evicted
             // after it; nothing else waits (and a retry must not drop them).
@@ -351,7 +356,7 @@ where
                 let (room, now) = {
                     let lock = &self.shards[j];
                     let (mut shard, (), now) =
-                        self.clock.around(|| lock.write(), |_| (), Time::now);
+                        self.clock.around(|| lock.write(), |_| (), |t, _| t.now());
                     let due = self.is_due(j, now);
                     let room = shard.make_room(need, now, None, candidate, due, live, &mut out);
                     // Exact again (or nearly), while the lock is held.
@@ -470,7 +475,8 @@ where
         hash: u64,
     ) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, u64) {
         // The home slot is only a hint here: the write may grow the table.
-        let (guard, (), now) = self.around(hash, |l| l.write(), |s| s.start_write(hash), Time::now);
+        let (guard, (), now) =
+            self.around(hash, |l| l.write(), |s| s.start_write(hash), |t, _| t.now());
         (guard, now)
     }
 
@@ -492,8 +498,31 @@ where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        self.write_key_with(hash, key, own, |t, _| t.now())
+    }
+
+    /// [`write_key`](Self::write_key) that reads the time with `read` (in
+    /// the order of [`Time::around`](crate::clock::Time::around), given the
+    /// shard).
+    #[inline(always)]
+    pub(super) fn write_key_with<Q, T>(
+        &self,
+        hash: u64,
+        key: &Q,
+        own: bool,
+        read: impl Fn(&crate::clock::Time, &Shard<K, V>) -> T,
+    ) -> (impl std::ops::DerefMut<Target = Shard<K, V>> + '_, T)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         loop {
-            let (shard, now) = self.write_now(hash);
+            let (shard, (), now) = self.around(
+                hash,
+                |l| l.write(),
+                |s| s.start_write(hash),
+                |t, s| read(t, s),
+            );
             if own || shard.flights.is_empty() {
                 return (shard, now);
             }
@@ -504,6 +533,35 @@ where
                     update.wait();
                 }
             }
+        }
+    }
+
+    /// The time a put of an entry that never expires (`never`: its
+    /// deadline is `u64::MAX` at any time) reads under the shard lock, as
+    /// the `read` of [`write_key_with`](Self::write_key_with): the exact
+    /// time, or `None`, reading no clock, while nothing the put does under
+    /// the lock depends on it. That holds in a shard that never held a
+    /// deadline and keeps no times of its own (`Shard::time_free`: every
+    /// entry there is live at any time), while no shard of the map may
+    /// hold one either (`due_min`: a bounded put making room asks about
+    /// other shards; an unbounded map never lowers it, and its puts ask
+    /// nothing of other shards). The put then passes 0, the clock's origin, where a
+    /// time is asked for; a value it pushes out is published with the time
+    /// read then ([`RemovedAt`]).
+    #[inline(always)]
+    pub(super) fn put_time(
+        &self,
+        never: bool,
+        t: &crate::clock::Time,
+        s: &Shard<K, V>,
+    ) -> Option<u64> {
+        if never
+            && s.time_free()
+            && DueMin::time(self.due_min.load(Ordering::Acquire)) == DueMin::time(DUE_MIN_NONE)
+        {
+            None
+        } else {
+            Some(t.now())
         }
     }
 

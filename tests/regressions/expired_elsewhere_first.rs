@@ -70,9 +70,17 @@ fn drain(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, Cause)> {
 /// takes the room of one of the expired pair, and neither live entry
 /// leaves.
 fn put_into_shard_0_takes_an_expired_entry(map: &ExpireMap<u64, u64, Identity>) {
+    put_into_shard_0_with_ttl_takes_an_expired_entry(map, HOUR);
+}
+
+/// [`put_into_shard_0_takes_an_expired_entry`] with the new key's `ttl`.
+fn put_into_shard_0_with_ttl_takes_an_expired_entry(
+    map: &ExpireMap<u64, u64, Identity>,
+    ttl: Duration,
+) {
     let mut sub = map.subscribe().unwrap();
     assert_eq!(map.len(), 4, "full");
-    map.put(3, 3, HOUR);
+    map.put(3, 3, ttl);
     assert_eq!(map.get(&3), Some(3), "the new key is stored");
     assert_eq!((map.get(&1), map.get(&2)), (Some(1), Some(2)));
     let left = drain(&mut sub);
@@ -115,4 +123,20 @@ fn another_shards_entries_expired_within_the_last_tick_go_first() {
     clock.advance(Duration::from_micros(200));
     assert_eq!(map.ttl(&(S1 | 1)), None);
     put_into_shard_0_takes_an_expired_entry(&map);
+}
+
+/// Shard 0 never held a deadline, so a put there of an entry that never
+/// expires decides nothing by the time in its own shard; it still reads
+/// the clock while another shard holds deadlines, and takes the room of
+/// that shard's expired entries.
+#[test]
+fn another_shards_expired_entries_go_first_for_a_key_that_never_expires() {
+    let clock = ManualClock::new();
+    let map = two_shards(&clock).build();
+    map.put(S1 | 1, 1, Duration::from_millis(1));
+    map.put(S1 | 2, 2, Duration::from_millis(1));
+    map.put(1, 1, Duration::MAX);
+    map.put(2, 2, Duration::MAX);
+    clock.advance(Duration::from_millis(2));
+    put_into_shard_0_with_ttl_takes_an_expired_entry(&map, Duration::MAX);
 }

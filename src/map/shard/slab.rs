@@ -443,6 +443,10 @@ pub(super) struct Entries<K, V> {
     pub(super) len: usize,
     /// The capacity policy's state, in a bounded map.
     pub(super) bound: Option<Box<Bound>>,
+    /// Set once a node here gets a deadline other than `u64::MAX`, never
+    /// cleared: while it is clear, every entry held lives forever and a
+    /// read needs no clock (see `Shard::timed`).
+    pub(super) timed: bool,
 }
 
 impl<K, V> Entries<K, V> {
@@ -495,6 +499,7 @@ impl<K, V> Entries<K, V> {
         };
         let tick = self.slab.tick_for(deadline);
         self.lists.link(&mut self.slab, index, tick);
+        self.timed |= deadline != u64::MAX;
         self.len += 1;
         if let Some(b) = &mut self.bound {
             b.add(index, weight);
@@ -537,6 +542,7 @@ impl<K, V> Entries<K, V> {
     /// misses in a large shard.
     #[inline]
     pub(super) fn reschedule(&mut self, index: u32, deadline: u64) {
+        self.timed |= deadline != u64::MAX;
         let node = &mut self.slab.nodes[index as usize];
         let old = std::mem::replace(&mut node.deadline, deadline);
         let (old, tick) = (self.slab.tick_for(old), self.slab.tick_for(deadline));
