@@ -5,6 +5,7 @@
 //! cargo bench --bench hit_ratio
 //! HIT_RATIO_REQUESTS=300000 cargo bench --bench hit_ratio   # a quick look
 //! HIT_RATIO_ONLY=expiremap cargo bench --bench hit_ratio     # one cache (for perf)
+//! HIT_RATIO_ONLY=expiremap-no-ttl,quick_cache cargo bench --bench hit_ratio
 //! ```
 //!
 //! Each trace is replayed as a cache is used: `get`; on a miss, `put` with
@@ -22,7 +23,9 @@
 //!    draws from another million keys): how fast the policy forgets.
 //!
 //! Contenders: `expiremap` (`max_entries(C)`, default shards),
-//! `expiremap-1` (`shards(1)`: the policy without the split), moka
+//! `expiremap-1` (`shards(1)`: the policy without the split),
+//! `expiremap-no-ttl` (default shards, `insert` with no TTL: quick_cache's
+//! feature set, as a user switching from it writes it), moka
 //! (`max_capacity(C)` and `time_to_live`, TinyLFU) and quick_cache
 //! (`Cache::new(C)`, no TTL).
 
@@ -38,7 +41,9 @@ trait Cache {
     fn put(&self, k: u64);
 }
 
-struct Ours(ExpireMap<u64, u64>, &'static str);
+/// Ours, each miss stored with `TTL`, or with no expiry (`insert`) if
+/// the flag is set.
+struct Ours(ExpireMap<u64, u64>, &'static str, bool);
 impl Cache for Ours {
     fn name(&self) -> &'static str {
         self.1
@@ -47,7 +52,11 @@ impl Cache for Ours {
         self.0.get(&k).is_some()
     }
     fn put(&self, k: u64) {
-        self.0.put(k, k, TTL);
+        if self.2 {
+            self.0.insert(k, k);
+        } else {
+            self.0.put(k, k, TTL);
+        }
     }
 }
 
@@ -82,10 +91,17 @@ fn contenders(cap: u64) -> Vec<Box<dyn Cache>> {
         Box::new(Ours(
             ExpireMap::builder().max_entries(cap).build(),
             "expiremap",
+            false,
         )),
         Box::new(Ours(
             ExpireMap::builder().max_entries(cap).shards(1).build(),
             "expiremap-1",
+            false,
+        )),
+        Box::new(Ours(
+            ExpireMap::builder().max_entries(cap).build(),
+            "expiremap-no-ttl",
+            true,
         )),
         Box::new(Moka(
             moka::sync::Cache::builder()
@@ -224,7 +240,10 @@ fn main() {
         let mut row = Vec::new();
         let only = std::env::var("HIT_RATIO_ONLY").ok();
         for c in contenders(t.cap) {
-            if only.as_deref().is_some_and(|o| o != c.name()) {
+            if only
+                .as_deref()
+                .is_some_and(|o| !o.split(',').any(|n| n == c.name()))
+            {
                 continue;
             }
             let (hit, rate) = replay(c.as_ref(), &t.keys);
@@ -241,21 +260,28 @@ fn main() {
         summary.push((t.name, row));
     }
     println!();
-    println!("| trace | expiremap - best peer (points) | vs moka (rate) | vs quick_cache (rate) |");
-    println!("| --- | ---: | ---: | ---: |");
+    println!(
+        "| trace | expiremap - best peer (points) | vs moka (rate) | vs quick_cache (rate) | no TTL vs quick_cache (rate) |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    // A cell whose contenders were left out (`HIT_RATIO_ONLY`) shows "-".
+    let cell = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     for (name, row) in summary {
-        if row.len() < 4 {
-            continue;
-        }
-        let get = |n: &str| row.iter().find(|r| r.0 == n).copied().unwrap();
-        let ours = get("expiremap");
+        let get = |n: &str| row.iter().find(|r| r.0 == n).copied();
+        let (ours, no_ttl) = (get("expiremap"), get("expiremap-no-ttl"));
         let (moka, quick) = (get("moka"), get("quick_cache"));
-        let best = moka.1.max(quick.1);
+        let points = ours
+            .zip(moka.zip(quick))
+            .map(|(o, (m, q))| format!("{:+.2}", (o.1 - m.1.max(q.1)) * 100.0));
+        let rate = |a: Option<(&str, f64, f64)>, b: Option<(&str, f64, f64)>| {
+            a.zip(b).map(|(a, b)| format!("{:.2}x", a.2 / b.2))
+        };
         println!(
-            "| {name} | {:+.2} | {:.2}x | {:.2}x |",
-            (ours.1 - best) * 100.0,
-            ours.2 / moka.2,
-            ours.2 / quick.2
+            "| {name} | {} | {} | {} | {} |",
+            cell(points),
+            cell(rate(ours, moka)),
+            cell(rate(ours, quick)),
+            cell(rate(no_ttl, quick))
         );
     }
 }

@@ -192,8 +192,14 @@ fn count_gets(gets: u64) {
     // LOOKUP_LOOP_ASYNC: the gets are `get_or_insert_with_async` hits, each
     // future polled once with a no-op waker (what an executor does).
     let async_hit = std::env::var_os("LOOKUP_LOOP_ASYNC").is_some();
+    // LOOKUP_LOOP_NO_TTL: the map's entries never expire (what it holds,
+    // and, with LOOKUP_LOOP_BOUNDED, what each miss puts).
+    let ttl = match std::env::var_os("LOOKUP_LOOP_NO_TTL") {
+        Some(_) => Duration::MAX,
+        None => TTL,
+    };
     for i in 0..KEYS {
-        em.put(mix64(i), i, TTL);
+        em.put(mix64(i), i, ttl);
     }
     let mut rng = SplitMix64(11);
     if bounded.is_some() && load {
@@ -216,7 +222,7 @@ fn count_gets(gets: u64) {
             let k = mix64(rng.next_u64() % (2 * KEYS));
             if em.get(&k).is_none() {
                 misses += 1;
-                black_box(em.put(k, i, TTL));
+                black_box(em.put(k, i, ttl));
             }
         }
         eprintln!("misses: {misses}");
@@ -324,6 +330,15 @@ fn main() {
         let plain_ind = independent(|k| plain.read().get(&k).copied());
         let em_ch = chained(|k| em.get(&k));
         let plain_ch = chained(|k| plain.read().get(&k).copied());
+        drop(em);
+        // The same keys held without a TTL: a get then reads no clock.
+        let never = ExpireMap::<u64, u64>::new();
+        for i in 0..N {
+            never.insert(mix64(i), i);
+        }
+        let never_ind = independent(|k| never.get(&k));
+        let never_ch = chained(|k| never.get(&k));
+        drop(never);
         #[cfg(target_arch = "x86_64")]
         {
             let with_tsc = independent(|k| plain.read().get(&k).copied().map(|v| v ^ tsc()));
@@ -341,6 +356,12 @@ fn main() {
             em_insert / plain_insert,
             em_ind / plain_ind,
             em_ch / plain_ch,
+        );
+        println!(
+            "round {round}: no TTL: get independent {never_ind:.0} vs {plain_ind:.0} ns ({:.2}x) | \
+             get chained {never_ch:.0} vs {plain_ch:.0} ns ({:.2}x)",
+            never_ind / plain_ind,
+            never_ch / plain_ch,
         );
     }
 }
