@@ -604,10 +604,9 @@ where
                 let own = matches!(ttl, Ttl::Own);
                 let ttl = self.ttl_for_new(ttl, &key, &v);
                 if !ttl.is_zero() {
-                    // The flight's hash is the key's: no second hash.
-                    let hash = guard.flight.hash;
+                    // Stored with the flight's hash of the key.
                     let untouched = PutIf::Untouched(guard);
-                    let _ = self.put_cond_at(hash, key, v.clone(), ttl, untouched, false);
+                    let _ = self.put_cond(key, v.clone(), ttl, untouched, false);
                 } else if own {
                     // The policy's zero: a live entry (a reload's) expires.
                     self.expire_untouched(&key, &guard.flight);

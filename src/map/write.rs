@@ -122,7 +122,9 @@ where
 
     /// [`put_slow`](Self::put_slow), which hands back what it did not
     /// store: when `cond` failed, and, if `give_back`, when the bound
-    /// refused the value (then nothing is published for it).
+    /// refused the value (then nothing is published for it). A load's
+    /// store (`PutIf::Untouched`) takes the key's hash from its flight
+    /// instead of hashing the key again.
     pub(super) fn put_cond(
         &self,
         key: K,
@@ -131,21 +133,10 @@ where
         cond: PutIf<'_, K, V>,
         give_back: bool,
     ) -> Result<Option<V>, NotStored<K, V>> {
-        let hash = self.inner.hasher.hash_one(&key);
-        self.put_cond_at(hash, key, value, ttl, cond, give_back)
-    }
-
-    /// [`put_cond`](Self::put_cond) of a key whose hash the caller has
-    /// (a load's store: its flight's).
-    pub(super) fn put_cond_at(
-        &self,
-        hash: u64,
-        key: K,
-        value: V,
-        ttl: Duration,
-        cond: PutIf<'_, K, V>,
-        give_back: bool,
-    ) -> Result<Option<V>, NotStored<K, V>> {
+        let hash = match cond {
+            PutIf::Untouched(load) => load.flight.hash,
+            _ => self.inner.hasher.hash_one(&key),
+        };
         let inner = &*self.inner;
         let ttl = nanos(ttl);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
