@@ -716,26 +716,36 @@ impl Clock for Counted {
     }
 }
 
+/// A one-shard map on a [`Counted`] clock at time `t0`, driven by hand,
+/// publishing removals, bounded to `cap` entries if given; with the
+/// clock's time and its count of reads.
+fn counted_map(t0: u64, cap: Option<u64>) -> (ExpireMap<u32, u32>, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let (t, reads) = (Arc::new(AtomicU64::new(t0)), Arc::new(AtomicU64::new(0)));
+    let mut builder = ExpireMap::builder()
+        .clock(Counted {
+            t: t.clone(),
+            reads: reads.clone(),
+        })
+        .shards(1)
+        .background_eviction(false)
+        .publish_removals(true);
+    if let Some(cap) = cap {
+        builder = builder.max_entries(cap);
+    }
+    (builder.build(), t, reads)
+}
+
+/// How many times `f` reads the clock whose reads `reads` counts.
+fn reads_by(reads: &AtomicU64, f: impl FnOnce()) -> u64 {
+    let before = reads.load(Ordering::SeqCst);
+    f();
+    reads.load(Ordering::SeqCst) - before
+}
+
 #[test]
 fn reads_of_a_shard_whose_entries_never_expire_read_no_clock() {
     for bounded in [false, true] {
-        let (t, reads) = (Arc::new(AtomicU64::new(5)), Arc::new(AtomicU64::new(0)));
-        let mut builder = ExpireMap::<u32, u32>::builder()
-            .clock(Counted {
-                t: t.clone(),
-                reads: reads.clone(),
-            })
-            .shards(1)
-            .background_eviction(false);
-        if bounded {
-            builder = builder.max_entries(100);
-        }
-        let map = builder.build();
-        let reads_by = |f: &dyn Fn()| {
-            let before = reads.load(Ordering::SeqCst);
-            f();
-            reads.load(Ordering::SeqCst) - before
-        };
+        let (map, t, reads) = counted_map(5, bounded.then_some(100));
         map.insert(1, 10); // no TTL configured: never expires
         map.put(2, 20, Duration::MAX); // saturates to never
         let all_reads = || {
@@ -744,12 +754,12 @@ fn reads_of_a_shard_whose_entries_never_expire_read_no_clock() {
             assert!(map.contains_key(&2));
             assert_eq!(map.get_many([&1, &2, &3]), [Some(10), Some(20), None]);
         };
-        assert_eq!(reads_by(&all_reads), 0, "bounded: {bounded}");
+        assert_eq!(reads_by(&reads, all_reads), 0, "bounded: {bounded}");
 
         // One entry with a deadline: reads judge it, and every other, with
         // the clock, exactly.
         map.put(4, 40, 10 * MS);
-        assert!(reads_by(&all_reads) > 0, "bounded: {bounded}");
+        assert!(reads_by(&reads, all_reads) > 0, "bounded: {bounded}");
         t.fetch_add(10_000_000, Ordering::SeqCst);
         assert_eq!(map.get(&4), Some(40), "the deadline is inclusive");
         t.fetch_add(1, Ordering::SeqCst);
@@ -761,38 +771,21 @@ fn reads_of_a_shard_whose_entries_never_expire_read_no_clock() {
         // Emptied, the shard starts over without deadlines.
         map.clear();
         map.insert(1, 11);
-        assert_eq!(reads_by(&|| assert_eq!(map.get(&1), Some(11))), 0);
+        assert_eq!(reads_by(&reads, || assert_eq!(map.get(&1), Some(11))), 0);
     }
 }
 
 #[test]
 fn writes_of_entries_that_never_expire_read_no_clock_until_a_deadline_or_an_event_needs_it() {
     for bounded in [false, true] {
-        let (t, reads) = (Arc::new(AtomicU64::new(7)), Arc::new(AtomicU64::new(0)));
-        let mut builder = ExpireMap::<u32, u32>::builder()
-            .clock(Counted {
-                t: t.clone(),
-                reads: reads.clone(),
-            })
-            .shards(1)
-            .background_eviction(false)
-            .publish_removals(true);
-        if bounded {
-            builder = builder.max_entries(2);
-        }
-        let map = builder.build();
-        let reads_by = |f: &dyn Fn()| {
-            let before = reads.load(Ordering::SeqCst);
-            f();
-            reads.load(Ordering::SeqCst) - before
-        };
+        let (map, t, reads) = counted_map(7, bounded.then_some(2));
         let writes = || {
             map.insert(1, 10);
             assert_eq!(map.put(2, 20, Duration::MAX), None);
             assert_eq!(map.insert(1, 11), Some(10), "a replaced value is live");
             assert_eq!(map.get_or_insert_with(3, Duration::MAX, || 30), 30);
         };
-        assert_eq!(reads_by(&writes), 0, "bounded: {bounded}");
+        assert_eq!(reads_by(&reads, writes), 0, "bounded: {bounded}");
         let held = if bounded { 2 } else { 3 };
         assert_eq!(map.len(), held, "bounded: {bounded}");
 
@@ -816,7 +809,7 @@ fn writes_of_entries_that_never_expire_read_no_clock_until_a_deadline_or_an_even
         // A deadline in the shard: every write reads the clock again.
         map.put(5, 50, 10 * MS);
         assert!(
-            reads_by(&|| {
+            reads_by(&reads, || {
                 map.insert(6, 60);
             }) > 0,
             "bounded: {bounded}"

@@ -56,6 +56,15 @@ fn two_shards(clock: &ManualClock) -> Builder<u64, u64, Identity> {
         .background_eviction(false)
 }
 
+/// Puts keys 1 and 2 of shard 1 with `ttl1`, then keys 1 and 2 of shard 0
+/// with `ttl0`: the map is full.
+fn fill(map: &ExpireMap<u64, u64, Identity>, ttl1: Duration, ttl0: Duration) {
+    map.put(S1 | 1, 1, ttl1);
+    map.put(S1 | 2, 2, ttl1);
+    map.put(1, 1, ttl0);
+    map.put(2, 2, ttl0);
+}
+
 /// Every event now in `sub`, as (key, cause), sorted.
 fn drain(sub: &mut Subscriber<u64, u64>) -> Vec<(u64, Cause)> {
     let mut left: Vec<_> = std::iter::from_fn(|| sub.try_recv().ok())
@@ -114,10 +123,7 @@ fn another_shards_entries_expired_within_the_last_tick_go_first() {
     let clock = ManualClock::new();
     // The default precision: ticks of 524,288 ns, the first from 0.
     let map = two_shards(&clock).build();
-    map.put(S1 | 1, 1, Duration::from_micros(100));
-    map.put(S1 | 2, 2, Duration::from_micros(100));
-    map.put(1, 1, HOUR);
-    map.put(2, 2, HOUR);
+    fill(&map, Duration::from_micros(100), HOUR);
     // Past their deadline, within the tick it lies in: not yet due for
     // eviction, but expired for every read.
     clock.advance(Duration::from_micros(200));
@@ -133,10 +139,7 @@ fn another_shards_entries_expired_within_the_last_tick_go_first() {
 fn another_shards_expired_entries_go_first_for_a_key_that_never_expires() {
     let clock = ManualClock::new();
     let map = two_shards(&clock).build();
-    map.put(S1 | 1, 1, Duration::from_millis(1));
-    map.put(S1 | 2, 2, Duration::from_millis(1));
-    map.put(1, 1, Duration::MAX);
-    map.put(2, 2, Duration::MAX);
+    fill(&map, Duration::from_millis(1), Duration::MAX);
     clock.advance(Duration::from_millis(2));
     put_into_shard_0_with_ttl_takes_an_expired_entry(&map, Duration::MAX);
 }
