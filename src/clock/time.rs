@@ -76,7 +76,9 @@ impl Time {
     }
 
     /// Takes `lock`, starts loading what the operation touches first with
-    /// `warm` (its table slot), and only then reads the time with `read`.
+    /// `warm` (its table slot), and only then reads the time with `read`,
+    /// which is given the guard (a shard with nothing to judge by the time
+    /// lets it read none: `Shard::timed`, `Inner::put_time`).
     ///
     /// The time is read *after* the lock is held, whatever the clock: every
     /// decision an operation makes about "expired or not" must hold at the
