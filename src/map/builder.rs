@@ -265,6 +265,7 @@ impl<K, V, S> Builder<K, V, S> {
     /// assert_eq!(e.cause, Cause::Size);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[doc(alias = "max_capacity")]
     pub fn max_entries(mut self, n: u64) -> Self {
         self.max_entries = Some(n);
         self

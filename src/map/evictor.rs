@@ -226,6 +226,7 @@ where
     /// Runs eviction now on the calling thread: evicts every entry that is
     /// due when it starts (up to one precision after its deadline), in
     /// bounded batches. Returns the number evicted.
+    #[doc(alias = "run_pending_tasks")]
     pub fn evict_expired(&self) -> usize {
         self.inner.evict_all()
     }

@@ -320,6 +320,7 @@ where
     ///
     /// [`Cause::Removed`]: crate::Cause::Removed
     /// [`Cause::Expired`]: crate::Cause::Expired
+    #[doc(alias = "invalidate_entries_if")]
     pub fn retain<F>(&self, mut f: F)
     where
         F: FnMut(&K, &V) -> bool,

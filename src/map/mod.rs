@@ -424,6 +424,7 @@ where
     /// past its deadline leaves by the `Expired` door (published as
     /// [`Cause::Expired`]) and `None` is returned. Racing the eviction of the
     /// same entry, exactly one of the two gets the value.
+    #[doc(alias = "invalidate")]
     pub fn remove<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
@@ -565,6 +566,7 @@ where
     /// never exceed the bound at any instant, the count is capped at the
     /// bound (an entry counted in one shard may have left it, making room
     /// for one counted in a later shard).
+    #[doc(alias = "entry_count")]
     pub fn len(&self) -> usize {
         let n: usize = self.inner.shards.iter().map(|s| s.read().len()).sum();
         match (&self.inner.budget, &self.inner.weigher) {
@@ -611,6 +613,7 @@ where
     /// If a value's `Drop` (or a dropped event's) panics, every other value
     /// still leaves by its door, and the first panic reaches the caller
     /// once all have.
+    #[doc(alias = "invalidate_all")]
     pub fn clear(&self) {
         let inner = &*self.inner;
         let mut panics = Panics::new();
@@ -623,6 +626,7 @@ where
 
     /// A new reader of this map's events. It receives every event published
     /// after this call. Fails if `max_subscribers` readers already exist.
+    #[doc(alias = "eviction_listener")]
     pub fn subscribe(&self) -> Result<Subscriber<K, V>, SubscribeError> {
         let cfg = &self.inner.config;
         let events = &self.inner.events;
