@@ -232,7 +232,9 @@ where
                     inner.take_due(&mut shard, now),
                 )
             };
-            let now = read;
+            // What leaves is published with the time the put read, or with
+            // one read now when it read none (`RemovedAt`).
+            let removed_at = read;
             self.kick_if(kick);
             // An overwritten value leaves before what the put evicted
             // after it; nothing else waits (and a retry must not drop them).
@@ -240,7 +242,7 @@ where
                 inner.leave_due(due.take());
             }
             if !out.is_empty() {
-                inner.leave_all(&mut out, now);
+                inner.leave_all(&mut out, removed_at);
             }
             return Ok(match outcome {
                 PutOutcome::Refused if give_back => {
@@ -249,7 +251,7 @@ where
                 }
                 PutOutcome::Inserted | PutOutcome::Refused => None,
                 PutOutcome::Overwrote(old) => {
-                    let old = inner.leave(old, now);
+                    let old = inner.leave(old, removed_at);
                     inner.leave_due(due);
                     old
                 }
@@ -282,7 +284,7 @@ where
                                     deadline,
                                     door,
                                 },
-                                now,
+                                removed_at,
                             );
                             None
                         }
