@@ -2,4 +2,4 @@
 # The README's test command, verbatim.
 . "$(dirname "$0")/lib.sh"
 step test cargo test --release
-step test-stream cargo test --release -p expiremap --features stream --lib --test async_events -- stream
+step test-stream cargo test --release -p expiremap --features stream --lib --test stream -- stream

@@ -32,7 +32,7 @@ single=(
   bytes_per_entry_stay_within_the_documented_bound
 )
 # The shadow models run a fifth of their debug-build operations here
-# (`scaled` in tests/shadow.rs): 220 s of TSan's time went to them, 154 s
+# (`scaled` in tests/integration/shadow.rs): 220 s of TSan's time went to them, 154 s
 # to the values that panic in `Drop`.
 export EXPIREMAP_TEST_DIVISOR=5
 skips=()

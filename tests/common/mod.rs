@@ -147,3 +147,31 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_default()
 }
+
+/// tokio's single-threaded runtime (the features the crate's dev-dependency
+/// enables: `rt`, `macros`, `time`).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Lets the runtime poll every other ready task, so that a task just
+/// spawned runs into its `recv_async` and goes to sleep there.
+pub async fn let_others_run() {
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A map on a `ManualClock` with its background eviction thread running:
+/// `clock.advance` wakes the thread, which evicts and publishes on its own.
+pub fn with_eviction_thread(event_capacity: usize) -> (ExpireMap<u32, u32>, ManualClock) {
+    let clock = ManualClock::new();
+    let map = ExpireMap::builder()
+        .clock(clock.clone())
+        .event_capacity(event_capacity)
+        .build();
+    (map, clock)
+}

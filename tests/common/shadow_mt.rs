@@ -1,5 +1,5 @@
 //! The multi-threaded shadow-map run on the real clock, shared by
-//! `tests/shadow.rs` and `examples/shadow.rs` (the ExpireMap seed's
+//! `tests/integration/shadow.rs` and `examples/shadow.rs` (the ExpireMap seed's
 //! `test_expire_map`, made exact where timing allows).
 //!
 //! Each thread owns a key range with an exact shadow. Every map call is

@@ -2,9 +2,7 @@
 //! whose encoding does not decode back to them. Neither may make a call
 //! wait for ever, nor leave a near copy that invalidations cannot find.
 
-mod common;
-
-use common::{Server, eventually, within};
+use crate::common::{Server, eventually, within};
 use expiremap_redis::{Error, NearCache};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::sync::Arc;
@@ -227,7 +225,7 @@ fn any_panic_on_the_reader_fails_the_call_and_the_cache_reconnects() {
                 // Not held near: a round trip each time.
                 match c2.get(&HashPanics(2)) {
                     Ok(v) => break v,
-                    Err(e) if e.is_connection() && t0.elapsed() < common::PATIENCE => {
+                    Err(e) if e.is_connection() && t0.elapsed() < crate::common::PATIENCE => {
                         std::thread::sleep(Duration::from_millis(5))
                     }
                     Err(e) => panic!("get {i}: {e}"),

@@ -4,8 +4,7 @@
 //! flights with single-key loaders, and end every flight whatever `load`
 //! does (returns, leaves keys out, fails, panics, is cancelled).
 
-mod common;
-use common::{MS, Rng, manual};
+use crate::common::{MS, Rng, manual};
 use expiremap::{BulkError, Cause, ExpireMap, ManualClock};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};

@@ -1,8 +1,7 @@
 //! Events: doors, publication rules, background eviction on a ManualClock,
 //! lag, registry limits, shutdown notification and Closed.
 
-mod common;
-use common::{MS, manual};
+use crate::common::{MS, manual};
 use expiremap::{Cause, Event, ExpireMap, ManualClock, RecvError, SubscribeError, TryRecvError};
 use std::time::Duration;
 

@@ -3,9 +3,7 @@
 //! multi-thread and current-thread runtimes, with a stalled server that
 //! must not block the other tasks.
 
-mod common;
-
-use common::{PATIENCE, Server};
+use crate::common::{PATIENCE, Server};
 use expiremap_redis::{Error, NearCache};
 use std::future::Future;
 use std::pin::pin;

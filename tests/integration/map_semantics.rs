@@ -1,8 +1,7 @@
 //! The map's single-threaded semantics on a ManualClock: deadlines, overwrite,
 //! remove, touch, ttl, zero and huge TTLs, builder errors.
 
-mod common;
-use common::{MS, manual};
+use crate::common::{MS, manual};
 use expiremap::{BuildError, Cause, Clock, ExpireIf, ExpireMap, ManualClock, Update};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -409,7 +408,7 @@ fn put_if_absent_has_one_winner() {
 /// nor earlier; an expired entry is never changed.
 #[test]
 fn expire_conditions_at_the_edges() {
-    let (map, clock) = common::manual::<u32, u32>();
+    let (map, clock) = crate::common::manual::<u32, u32>();
     map.put(1, 1, Duration::from_secs(10));
     assert!(!map.expire(&1, Duration::from_secs(10), ExpireIf::Later));
     assert!(!map.expire(&1, Duration::from_secs(10), ExpireIf::Earlier));

@@ -5,9 +5,7 @@
 //! `expired` event before the lookup's reply. So once `EXISTS` says 0, the
 //! event is on its way to every subscriber, behind every earlier one.
 
-mod common;
-
-use common::{PATIENCE, Server, eventually};
+use crate::common::{PATIENCE, Server, eventually};
 use expiremap_redis::broadcast::{Receiver, RecvError, RecvTimeoutError};
 use expiremap_redis::{Error, NearCache};
 use std::collections::BTreeMap;

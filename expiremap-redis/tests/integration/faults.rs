@@ -1,9 +1,7 @@
 //! A killed and restarted server, and a frozen one: errors while down, then
 //! recovery, and never a near copy from before the loss.
 
-mod common;
-
-use common::{Server, eventually, within};
+use crate::common::{Server, eventually, within};
 use expiremap_redis::{Error, NearCache};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -306,7 +304,7 @@ fn a_stall_longer_than_the_bound_stops_near_hits_but_keeps_the_connection() {
         NearCache::<String, u64>::builder(s.url())
             .prefix("y:")
             .staleness_bound(Duration::from_millis(100))
-            .call_timeout(common::PATIENCE * 2)
+            .call_timeout(crate::common::PATIENCE * 2)
             .build()
             .unwrap(),
     );

@@ -2,8 +2,7 @@
 //! a time, waiters parked and handed its value, failures and panics handed
 //! on, a write during the load winning, and a zero TTL.
 
-mod common;
-use common::manual;
+use crate::common::manual;
 use expiremap::{Cause, ExpireMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

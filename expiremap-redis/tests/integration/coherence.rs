@@ -2,9 +2,7 @@
 //! writes, the other's near copy drops; TTLs set in Redis bound near copies;
 //! the staleness bound holds under concurrent writes.
 
-mod common;
-
-use common::{Server, eventually};
+use crate::common::{Server, eventually};
 use expiremap_redis::NearCache;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,10 +4,8 @@
 //! caches read and write, a primary killed and brought back, and the async
 //! API over the cluster.
 
-mod common;
-
-use common::cluster::Cluster;
-use common::{PATIENCE, eventually};
+use crate::common::cluster::Cluster;
+use crate::common::{PATIENCE, eventually};
 use expiremap_redis::{Error, NearCache};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,7 +38,7 @@ fn plain_builder_refuses_a_cluster_node_and_cluster_builder_a_plain_server() {
         Err(e) => panic!("not a configuration error: {e}"),
         Ok(_) => panic!("built a single-server cache on a cluster node"),
     }
-    let s = common::Server::start();
+    let s = crate::common::Server::start();
     let r = NearCache::<String, u64>::cluster_builder([s.url()]).build();
     match r {
         Err(Error::Config(m)) => assert!(m.contains("not a Redis Cluster node"), "{m}"),

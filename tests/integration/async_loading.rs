@@ -4,10 +4,7 @@
 //! On tokio's multi-thread and current-thread runtimes and on a
 //! hand-written executor.
 
-#[path = "common/mod.rs"]
-mod common;
-
-use common::{panic_message, within};
+use crate::common::{panic_message, within};
 use expiremap::ExpireMap;
 use std::future::Future;
 use std::pin::Pin;

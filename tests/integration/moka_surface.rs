@@ -3,9 +3,7 @@
 //! policy, `try_get_with`'s shared `Arc<E>`, `optionally_get_with`, the
 //! cheap handle, `try_put`/`try_insert`, and `peek`.
 
-mod common;
-
-use common::MS;
+use crate::common::MS;
 use expiremap::{Cause, ExpireMap, Expiry, ManualClock, Refused, TryRecvError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};

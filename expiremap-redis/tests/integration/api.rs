@@ -1,8 +1,6 @@
 //! The calls one by one: codec errors, loading, events, configuration.
 
-mod common;
-
-use common::{Server, eventually};
+use crate::common::{Server, eventually};
 use expiremap_redis::{Cause, Error, NearCache};
 use serde::{Deserialize, Serialize};
 use std::sync::Barrier;
@@ -189,7 +187,7 @@ fn subscribers_see_near_copies_leave() {
     a.put("k".into(), 1, HOUR).unwrap();
     assert_eq!(b.get(&"k".to_string()).unwrap(), Some(1));
     a.put("k".into(), 2, HOUR).unwrap(); // invalidates b's copy
-    let e = events.recv_timeout(common::PATIENCE).unwrap();
+    let e = events.recv_timeout(crate::common::PATIENCE).unwrap();
     assert_eq!((e.key.as_str(), e.value, e.cause), ("k", 1, Cause::Removed));
     // A near copy that reaches its deadline (the Redis TTL) is Expired. On a
     // machine so slow that the key is gone before b reads it, try longer.
@@ -201,7 +199,7 @@ fn subscribers_see_near_copies_leave() {
         }
         ttl *= 2;
     }
-    let e = events.recv_timeout(common::PATIENCE).unwrap();
+    let e = events.recv_timeout(crate::common::PATIENCE).unwrap();
     assert_eq!((e.key.as_str(), e.value, e.cause), ("t", 3, Cause::Expired));
 }
 

@@ -4,9 +4,7 @@
 //! aborts the process. In a file of its own: before the fix, the abort
 //! took the whole test binary down.
 
-mod common;
-
-use common::{Server, eventually, within};
+use crate::common::{Server, eventually, within};
 use expiremap_redis::{Error, NearCache};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

@@ -1,10 +1,9 @@
 //! The async receive of a map's events: `Subscriber::recv_async` on tokio
-//! and on a hand-driven executor, and the `Stream` impl (feature `stream`).
+//! and on a hand-driven executor, (the `Stream` impl: `tests/stream.rs`).
 //! Time is a `ManualClock`; nothing depends on wall-clock timing to pass
 //! (the one timer only gives a receive up while nothing is published).
 
-mod common;
-use common::{MS, manual};
+use crate::common::{MS, let_others_run, manual, runtime, with_eviction_thread};
 use expiremap::{Cause, ExpireMap, ManualClock, RecvError, Subscriber};
 use std::future::Future;
 use std::pin::pin;
@@ -13,23 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-/// tokio's single-threaded runtime (the features the crate's dev-dependency
-/// enables: `rt`, `macros`, `time`).
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-}
-
-/// Lets the runtime poll every other ready task, so that a task just
-/// spawned runs into its `recv_async` and goes to sleep there.
-async fn let_others_run() {
-    for _ in 0..4 {
-        tokio::task::yield_now().await;
-    }
-}
-
 /// A waker that counts its wake-ups: the hand-driven executor.
 struct Count(AtomicUsize);
 
@@ -37,17 +19,6 @@ impl Wake for Count {
     fn wake(self: Arc<Self>) {
         self.0.fetch_add(1, SeqCst);
     }
-}
-
-/// A map on a `ManualClock` with its background eviction thread running:
-/// `clock.advance` wakes the thread, which evicts and publishes on its own.
-fn with_eviction_thread(event_capacity: usize) -> (ExpireMap<u32, u32>, ManualClock) {
-    let clock = ManualClock::new();
-    let map = ExpireMap::builder()
-        .clock(clock.clone())
-        .event_capacity(event_capacity)
-        .build();
-    (map, clock)
 }
 
 #[test]
@@ -219,40 +190,4 @@ async fn receive_all(mut sub: Subscriber<u32, u32>) -> (Vec<u32>, u64) {
             Err(RecvError::Closed) => return (keys, lagged),
         }
     }
-}
-
-#[cfg(feature = "stream")]
-#[test]
-fn the_stream_surfaces_lag_and_ends_when_the_map_is_dropped() {
-    use expiremap::broadcast::Lagged;
-    use futures_core::Stream;
-    use std::pin::Pin;
-
-    async fn next<S: Stream + Unpin>(s: &mut S) -> Option<S::Item> {
-        std::future::poll_fn(|cx| Pin::new(&mut *s).poll_next(cx)).await
-    }
-
-    let (map, clock) = with_eviction_thread(2);
-    let mut events = map.subscribe().unwrap();
-    runtime().block_on(async move {
-        for k in 0..5 {
-            map.put(k, k, MS);
-        }
-        clock.advance(2 * MS);
-        map.evict_expired();
-        let reader = tokio::spawn(async move {
-            let mut items = Vec::new();
-            while let Some(item) = next(&mut events).await {
-                items.push(item.map(|e| e.cause));
-            }
-            items
-        });
-        let_others_run().await;
-        drop(map);
-        let items = reader.await.unwrap();
-        assert_eq!(
-            items,
-            [Err(Lagged(3)), Ok(Cause::Expired), Ok(Cause::Expired)]
-        );
-    });
 }

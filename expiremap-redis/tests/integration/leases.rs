@@ -6,10 +6,8 @@
 //! the lease TTL, and a late write is refused.
 //! No timing is asserted: timeouts only bound hangs.
 
-mod common;
-
-use common::cluster::Cluster;
-use common::{Server, eventually, within};
+use crate::common::cluster::Cluster;
+use crate::common::{Server, eventually, within};
 use expiremap_redis::NearCache;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -203,6 +201,13 @@ fn a_stuck_holder_is_taken_over_after_the_lease_ttl_and_its_late_write_refused()
     assert_eq!(a.get(&k).unwrap(), Some(2));
 }
 
+/// The child test's name as the test harness knows it (its path below the
+/// test binary's crate: the binary holds every file of `tests/` as a module).
+fn child_test_name() -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    format!("{module}::child_holds_a_lease_until_killed")
+}
+
 /// The child process of
 /// `a_holder_killed_mid_load_delays_the_others_by_at_most_the_lease_ttl`:
 /// with `EXPIREMAP_LEASE_CHILD` set to a server's URL, takes the lease of
@@ -247,7 +252,7 @@ fn a_holder_killed_mid_load_delays_the_others_by_at_most_the_lease_ttl() {
     }
     let mut child = Child(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "child_holds_a_lease_until_killed"])
+            .args(["--ignored", "--exact", &child_test_name()])
             .args(["--nocapture", "--test-threads=1"])
             .env("EXPIREMAP_LEASE_CHILD", s.url())
             .stdout(Stdio::piped())

@@ -1,8 +1,7 @@
 //! Shutdown: drop joins the eviction thread, never joins from it, and drops
 //! every value exactly once.
 
-mod common;
-use common::MS;
+use crate::common::MS;
 use expiremap::{ExpireMap, ManualClock};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};

@@ -3,9 +3,7 @@
 //! entries held never pass it, and every value still leaves by exactly one
 //! door.
 
-mod common;
-
-use common::{MS, Rng, within};
+use crate::common::{MS, Rng, within};
 use expiremap::{Cause, ExpireMap, ManualClock, Subscriber};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};

@@ -15,9 +15,7 @@
 //!
 //! Nothing here depends on wall-clock timing.
 
-mod common;
-
-use common::seed;
+use crate::common::seed;
 use expiremap::{Cause, Clock, ExpireMap, ManualClock, Subscriber, TryRecvError};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};

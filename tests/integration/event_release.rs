@@ -3,8 +3,7 @@
 //! count of an `Arc` the test keeps a clone of. Single-threaded and driven
 //! by a `ManualClock`: every assertion is exact.
 
-mod common;
-use common::{MS, manual};
+use crate::common::{MS, manual};
 use expiremap::{Cause, ExpireMap, TryRecvError};
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,11 +7,10 @@
 //! * expiration: put, wait for the events, `len() == 0`;
 //! * conservation: every value put leaves by exactly one door.
 
-mod common;
-#[path = "common/shadow_mt.rs"]
+#[path = "../common/shadow_mt.rs"]
 mod shadow_mt;
 
-use common::{Racers, Rng, seed};
+use crate::common::{Racers, Rng, seed};
 use expiremap::{
     Cause, ExpireIf, ExpireMap, ManualClock, Subscriber, SystemClock, TryRecvError, Update,
 };
@@ -582,7 +581,7 @@ fn single_threaded_with<S>(
                 // Taken by this operation's write from its shard's due
                 // entries (the thread was behind: here there is none).
                 // Which ones is not modelled (the lag and the batch are
-                // `tests/writer_eviction.rs`'s); that each was due is.
+                // `tests/integration/writer_eviction.rs`'s); that each was due is.
                 let m = model
                     .remove(&k)
                     .unwrap_or_else(|| panic!("{ctx}: {k} left twice"));

@@ -1,8 +1,7 @@
 //! A panic in user Hash, Eq, Clone or Drop neither kills the eviction thread
 //! nor leaves a shard inconsistent.
 
-mod common;
-use common::{MS, Touchy};
+use crate::common::{MS, Touchy};
 use expiremap::{ExpireMap, ManualClock};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
@@ -53,7 +52,7 @@ impl Clone for BadClone {
 
 #[test]
 fn panicking_clone_in_get_leaves_the_map_usable() {
-    let (map, _clock) = common::manual::<u32, BadClone>();
+    let (map, _clock) = crate::common::manual::<u32, BadClone>();
     map.put(1, BadClone(0), MS);
     map.put(2, BadClone(2), MS);
     assert!(quiet(|| map.get(&1)).is_err());

@@ -7,10 +7,8 @@
 //! behind a redirect on a current-thread runtime, a primary down at build,
 //! and a primary with another password.
 
-mod common;
-
-use common::cluster::Cluster;
-use common::{PATIENCE, eventually};
+use crate::common::cluster::Cluster;
+use crate::common::{PATIENCE, eventually};
 use expiremap_redis::{Error, NearCache};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -2,9 +2,7 @@
 //! throwaway CA (made by the test with `openssl`), coherent as over TCP.
 #![cfg(feature = "tls")]
 
-mod common;
-
-use common::{Server, eventually};
+use crate::common::{Server, eventually};
 use expiremap_redis::{Error, NearCache};
 use std::time::Duration;
 
@@ -62,7 +60,7 @@ fn two_caches_over_tls_see_each_others_writes() {
     a.put("e".into(), vec![5], Duration::from_millis(20))
         .unwrap();
     let key = expired
-        .recv_timeout(common::PATIENCE)
+        .recv_timeout(crate::common::PATIENCE)
         .expect("an expiration");
     assert_eq!(key, "e");
 }

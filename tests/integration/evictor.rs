@@ -1,8 +1,7 @@
 //! The eviction thread's cost and planning. Real time appears only where the
 //! assertion holds however slow the machine is.
 
-mod common;
-use common::MS;
+use crate::common::MS;
 use expiremap::{ExpireMap, ManualClock};
 use std::time::Duration;
 
