@@ -32,8 +32,8 @@ single=(
   bytes_per_entry_stay_within_the_documented_bound
 )
 # The shadow models run a fifth of their debug-build operations here
-# (`scaled` in tests/integration/shadow.rs): 220 s of TSan's time went to them, 154 s
-# to the values that panic in `Drop`.
+# (`scaled` in tests/integration/shadow.rs): 220 s of TSan's time went to
+# them, 154 s to the values that panic in `Drop`.
 export EXPIREMAP_TEST_DIVISOR=5
 skips=()
 for t in "${single[@]}"; do skips+=(--skip "$t"); done

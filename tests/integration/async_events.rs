@@ -1,5 +1,5 @@
 //! The async receive of a map's events: `Subscriber::recv_async` on tokio
-//! and on a hand-driven executor, (the `Stream` impl: `tests/stream.rs`).
+//! and on a hand-driven executor (the `Stream` impl: `tests/stream.rs`).
 //! Time is a `ManualClock`; nothing depends on wall-clock timing to pass
 //! (the one timer only gives a receive up while nothing is published).
 
