@@ -40,6 +40,12 @@ use std::time::Duration;
 /// entry the write then replaces). A panic in them reaches the caller of
 /// the write, and nothing is stored.
 ///
+/// moka's `Expiry` also has `expire_after_read`; this one has not: no
+/// policy runs on a read. For deadlines that slide with reads, use
+/// [`Builder::time_to_idle`](super::Builder::time_to_idle) (an entry
+/// expires at the earlier of its write deadline and its last access plus
+/// the idle time).
+///
 /// ```
 /// use expiremap::{ExpireMap, Expiry, ManualClock};
 /// use std::time::Duration;
@@ -61,6 +67,7 @@ use std::time::Duration;
 /// cache.insert("/index".to_string(), r);
 /// assert_eq!(cache.ttl("/index"), Some(Duration::from_secs(300)));
 /// ```
+#[doc(alias = "expire_after_read")]
 pub trait Expiry<K, V>: Send + Sync + 'static {
     /// The time to live of a new entry (no live entry of `key` was there).
     /// The default: no expiry.
