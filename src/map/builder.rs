@@ -397,7 +397,10 @@ impl<K, V, S> Builder<K, V, S> {
     /// [`ExpireMap::get_with`] and the other loaders without a `ttl`),
     /// in place of [`time_to_live`](Self::time_to_live): see [`Expiry`].
     /// Calls that take a `ttl` use theirs. A map without a policy pays
-    /// nothing for this setting; reads never run it.
+    /// nothing for this setting; reads never run it (there is no moka
+    /// `expire_after_read`: [`time_to_idle`](Self::time_to_idle) slides
+    /// deadlines with reads).
+    #[doc(alias = "expire_after_read")]
     pub fn expire_after(mut self, policy: impl Expiry<K, V>) -> Self {
         self.expiry = Some(Arc::new(policy));
         self

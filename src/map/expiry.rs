@@ -67,7 +67,6 @@ use std::time::Duration;
 /// cache.insert("/index".to_string(), r);
 /// assert_eq!(cache.ttl("/index"), Some(Duration::from_secs(300)));
 /// ```
-#[doc(alias = "expire_after_read")]
 pub trait Expiry<K, V>: Send + Sync + 'static {
     /// The time to live of a new entry (no live entry of `key` was there).
     /// The default: no expiry.
