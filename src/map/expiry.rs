@@ -209,14 +209,18 @@ where
         }
     }
 
-    /// `key`'s live entry as a write with the map's expiry sees it: its
-    /// remaining time for the policy (`None` inside: no expiry), and its
-    /// write deadline, which the commit checks. Not an access.
+    /// `key`'s live entry as a write with the map's expiry sees it: the
+    /// time left to its write deadline, for the policy (`None` inside: no
+    /// expiry; idle expiry is not the policy's: it restarts with the
+    /// write), and that deadline, which the commit checks. Not an access.
     fn seen(&self, key: &K) -> Option<(Option<Duration>, u64)> {
         self.lookup(key, Time::now, |now, found| {
-            let left =
-                (found.deadline != u64::MAX).then(|| Duration::from_nanos(found.deadline - now));
-            (now <= found.deadline).then_some((left, found.write))
+            // Live: `now <= deadline <= write`, so the subtraction holds.
+            (now <= found.deadline).then(|| {
+                let left =
+                    (found.write != u64::MAX).then(|| Duration::from_nanos(found.write - now));
+                (left, found.write)
+            })
         })
     }
 
