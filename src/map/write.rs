@@ -34,7 +34,9 @@ pub(super) enum PutIf<'a, K, V> {
     /// The commit of an `update` (the key's writes wait for it, so its
     /// entry changed only by leaving). `keep`: store with this write
     /// deadline (the entry's) instead of the TTL, only if the entry read
-    /// (live until `live_until`) has not expired since.
+    /// has not expired since: live until `live_until` as read, or, past
+    /// that, still live under the lock with that write deadline (a read
+    /// may have moved its idle deadline).
     Commit {
         keep: Option<u64>,
         live_until: Option<u64>,
@@ -175,11 +177,17 @@ where
                         return Ok(None);
                     }
                     PutIf::Untouched(_) => {}
-                    // Kept a deadline that has passed since: nothing to store.
+                    // Kept a deadline that has passed since: nothing to
+                    // store. A read during `f` may have moved an idle
+                    // deadline past the one `f` was shown: an entry still
+                    // live here is still the one `f` saw (the key's writes
+                    // waited), so it is replaced.
                     PutIf::Commit {
-                        keep: Some(_),
+                        keep: Some(w),
                         live_until: Some(d),
-                    } if now > d => return Err(Self::stale(&mut kv)),
+                    } if now > d && shard.live_write(hash, key, now) != Some(w) => {
+                        return Err(Self::stale(&mut kv));
+                    }
                     PutIf::Commit { .. } => {}
                     PutIf::Seen(seen) => {
                         if shard.live_write(hash, key, now) != seen {
