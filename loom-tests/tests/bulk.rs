@@ -5,7 +5,7 @@
 //! other in a cycle: loom reports a deadlock if they do).
 //! See `../README.md` for what each model checks and how long it takes.
 
-use expiremap::{ExpireMap, ManualClock};
+use expiremap::{ExpireMap, ManualClock, Update};
 use expiremap_loom_tests::{model, thread};
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -123,5 +123,35 @@ fn two_bulk_loads_of_the_same_keys_never_wait_in_a_cycle() {
         assert_eq!((loads.of(0), loads.of(1)), (1, 1));
         assert_eq!(mine, [other[1], other[0]]);
         assert_eq!(map.get_many(&[a, b]), [Some(mine[0]), Some(mine[1])]);
+    });
+}
+
+/// An `update` of key 2 that keeps what it finds (`Update::Keep`) races a bulk
+/// load of keys 1 and 2 in one shard. If the update runs first, it leaves
+/// key 2 absent. Whichever comes first, the bulk call loads both keys with
+/// its one `load` and returns their values: a pass that meets the update
+/// registers nothing (key 1's flight, registered first, ends at once) and
+/// waits for it, then looks again. (Loading key 1 before waiting left key
+/// 2 to nobody once the update ended without a value: a panic.)
+#[test]
+fn a_bulk_load_meeting_an_update_that_leaves_no_value_loads_the_key() {
+    model(|| {
+        let map = map(1);
+        let update = {
+            let map = map.clone();
+            thread::spawn(move || map.update(2, |_| Update::Keep))
+        };
+        let bulk = map.get_many_with(&[1, 2], HOUR, |ks| {
+            ks.iter().map(|&k| (k, 10 * k)).collect()
+        });
+        // `Keep` returns what it saw: nothing, or the bulk load's value.
+        let kept = update.join().unwrap();
+        assert!(kept.is_none() || kept == Some(20), "{kept:?}");
+        assert_eq!(bulk, [10, 20]);
+        // An update that begins during the load of key 2 wins over it (the
+        // loaded value is returned, not stored).
+        assert_eq!(map.get(&1), Some(10));
+        let two = map.get(&2);
+        assert!(two.is_none() || two == Some(20), "{two:?}");
     });
 }

@@ -32,6 +32,11 @@
 //!   and looks again (a key whose load elsewhere ended without a value then
 //!   becomes its own). So bulk callers never wait for each other in a
 //!   cycle, whatever their key sets.
+//! * **An `update` in flight is waited for before the call loads.** An
+//!   update may leave its key absent, and only the call's one `load` could
+//!   then load it; so a look that meets an update ends the flights it
+//!   registered (their waiters look again), waits, and looks again with
+//!   `load` unused.
 
 use super::expiry::Ttl;
 use super::flight::{self, Ended, Flight, FlightGuard, Kind};
@@ -544,6 +549,13 @@ where
     /// (an access, as `begin_load`'s look), a key in flight elsewhere is
     /// returned to wait for, and, if `register`, every other key gets a new
     /// load flight of this call (`task`: an async call), guarded at once.
+    ///
+    /// A key with an `update` in flight may be left without a value by it
+    /// (`Update::Keep` of an absent key), and then only this call's `load`
+    /// can load it. So a pass that meets an update registers nothing: the
+    /// flights it registered before it met one end at once with no value
+    /// (their waiters look again), and the call waits, then looks again
+    /// with its `load` unused.
     fn begin_many<'a>(
         &'a self,
         keys: &[K],
@@ -571,6 +583,7 @@ where
             own: Vec::new(),
             waits: Vec::new(),
         };
+        let mut updates = false;
         let same_shard = |a: &usize, b: &usize| {
             inner.shard_index(wanted.hash[*a]) == inner.shard_index(wanted.hash[*b])
         };
@@ -588,7 +601,11 @@ where
                     continue;
                 }
                 if let Some(other) = flight::find(&shard.flights, h, key) {
+                    updates |= other.kind == Kind::Update;
                     pass.waits.push((w, other.clone()));
+                    continue;
+                }
+                if updates {
                     continue;
                 }
                 if let Some(key) = spare.and_then(Option::take) {
@@ -597,6 +614,10 @@ where
                     pass.own.push((w, FlightGuard::new(flight, lock)));
                 }
             }
+        }
+        if updates {
+            // No lock is held here: the guards unregister their flights.
+            pass.own.clear();
         }
         pass
     }
