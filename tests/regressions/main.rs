@@ -11,6 +11,7 @@ mod eq_panic_in_put;
 mod expired_elsewhere_first;
 mod load_cycle;
 mod load_keyed_by_hash;
+mod loading_edges;
 mod panicking_drop_in_publish;
 mod time_read_under_lock;
 mod update_beside_a_load;
