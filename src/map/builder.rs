@@ -420,7 +420,9 @@ impl<K, V, S> Builder<K, V, S> {
     /// or the map's own expiry's `expire_after_create` (a zero from it
     /// expires the old value). Where the reload runs: see
     /// [`refresh_spawner`](Self::refresh_spawner). Plain reads (`get`) never
-    /// refresh. [`Stats`](crate::Stats) counts reloads and their failures.
+    /// refresh, nor do bulk loads ([`get_many_with`](ExpireMap::get_many_with)
+    /// and kin): they return a live value however old, and load only the
+    /// keys that miss. [`Stats`](crate::Stats) counts reloads and their failures.
     /// 8 bytes per entry (the time of its last write), only in maps that
     /// use it. [`try_build`](Self::try_build) rejects a zero `d`.
     ///

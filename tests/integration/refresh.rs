@@ -48,6 +48,26 @@ fn a_value_older_than_refresh_after_is_returned_and_reloaded() {
     assert_eq!(map.stats().refreshes, 1);
 }
 
+/// Bulk loads do not refresh (documented on `refresh_after`): a stale live
+/// value comes back as it is, and `load` is asked only for the keys that
+/// miss.
+#[test]
+fn bulk_loads_return_stale_values_without_a_reload() {
+    let clock = ManualClock::new();
+    let map = refreshing(&clock);
+    assert_eq!(map.get_with(1, || 10), 10);
+    clock.advance(50 * SEC);
+    let asked = Mutex::new(Vec::new());
+    let got = map.get_many_with(&[1, 2], 60 * SEC, |ks| {
+        asked.lock().unwrap().extend_from_slice(ks);
+        ks.iter().map(|&k| (k, 100 + k)).collect()
+    });
+    assert_eq!(got, [10, 102]);
+    assert_eq!(*asked.lock().unwrap(), [2]);
+    assert_eq!(map.get(&1), Some(10));
+    assert_eq!(map.stats().refreshes, 0);
+}
+
 #[test]
 fn loaders_with_a_ttl_refresh_with_it() {
     let clock = ManualClock::new();
