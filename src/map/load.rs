@@ -434,9 +434,13 @@ where
     /// form. If `init` panics, the panic reaches its caller and the waiters
     /// go on (one of them loads).
     ///
-    /// An `init` that awaits a load of its own key waits for itself (the
-    /// future never completes): unlike the blocking form, an async caller
-    /// cannot be told from its thread.
+    /// An `init` that asks for its own key, awaiting a load of it or
+    /// calling a blocking loader of it inside its future, waits for itself
+    /// (the future never completes, or the thread stays parked), and so
+    /// does an [`Expiry`](crate::Expiry) policy that asks for the key while
+    /// this load's value is stored: unlike the blocking form, an async
+    /// load is run by no thread in particular, so the wait cannot be told
+    /// to be its own.
     ///
     /// ```
     /// use expiremap::ExpireMap;
