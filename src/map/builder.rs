@@ -460,6 +460,12 @@ impl<K, V, S> Builder<K, V, S> {
     /// every loader in a map without a spawner, run the reload in the call
     /// that found the old value, after which it returns that value.
     ///
+    /// A reload handed over holds a handle to the map until it completes or
+    /// is dropped, so a spawner that keeps futures without ever running or
+    /// dropping them keeps the map alive (its eviction thread runs on, and
+    /// no `Shutdown` is published). Executors drop their tasks when they
+    /// shut down.
+    ///
     /// ```
     /// use expiremap::ExpireMap;
     /// use std::time::Duration;
