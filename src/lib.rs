@@ -306,9 +306,10 @@
 //! `get_many_with` whose `load` asks for one of its keys), an `update`
 //! whose `f` writes its own key, and a cycle of loads or updates each
 //! waiting for another's key (across threads and maps) would wait for ever:
-//! they panic instead, naming the threads (an async load's own key asked
-//! for from inside it is the exception: it waits for ever, see
-//! [`ExpireMap::get_or_insert_with_async`]). `get_many_with` panics, naming
+//! they panic instead, naming the threads; an async load that asks for its
+//! own key from inside panics too, but a cycle through async loads on
+//! other tasks waits for ever (see [`ExpireMap::get_or_insert_with_async`]).
+//! `get_many_with` panics, naming
 //! the key's position, when its `load` leaves out a key it was asked for
 //! (`try_get_many_with` returns `BulkError::Missing`).
 //! [`Builder::build`] panics on invalid settings ([`Builder::try_build`]

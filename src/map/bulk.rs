@@ -402,7 +402,15 @@ where
                 let asked = Self::asked(keys, &wanted, &pass.own);
                 // The guards live in this future: dropping it while `load`
                 // runs ends the flights with no value.
-                let r = load(&asked).await;
+                let flights: Vec<_> = pass.own.iter().map(|(_, g)| g.flight.clone()).collect();
+                let flights: Vec<&Flight<K, V>> = flights.iter().map(|f| &**f).collect();
+                let acting = || flights.iter().map(|f| f.acting()).collect::<Vec<_>>();
+                let made = {
+                    let _acting = acting();
+                    load(&asked)
+                };
+                let r = flight::acting_for(&flights, made).await;
+                let _acting = acting();
                 self.end_many(&mut wanted, asked, ttl, r, pass.own)?;
             }
             if pass.waits.is_empty() {

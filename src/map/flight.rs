@@ -58,7 +58,12 @@
 //!   follows the graph from there: if it leads back to a flight run by the
 //!   calling thread (an `init` that asks for its own key, or two `init`s
 //!   each asking for the other's key), the caller panics, naming the
-//!   threads, instead of parking for ever.
+//!   threads, instead of parking for ever. An async load has no thread
+//!   of its own, so the graph cannot lead through it; but while its user
+//!   code runs (its `init` polled, the expiry policy run as its value is
+//!   stored) the flight names the thread running it ([`Flight::acting`]),
+//!   and a wait for it from that thread, blocking or async, panics: the
+//!   `init` asked for its own key.
 
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, thread, unmodeled};
 use std::any::Any;
@@ -103,6 +108,12 @@ pub(crate) struct Flight<K, V> {
     /// loom-modelled (see `sync::unmodeled`), as the graph's mutex is not;
     /// `loom-tests/tests/wait_graph.rs` models the handshake.
     graph: unmodeled::AtomicU8,
+    /// For an async load: the thread running its user code right now (its
+    /// `init` being polled, or the map's expiry policy as it stores), set
+    /// by [`Flight::acting`]. A wait for this flight from that thread is a
+    /// wait for itself (see [`Flight::wait`]). Not loom-modelled: only the
+    /// thread it names compares it with itself.
+    acting: unmodeled::Mutex<Option<thread::ThreadId>>,
 }
 
 enum State<V> {
@@ -145,6 +156,7 @@ impl<K, V> Flight<K, V> {
             touched: AtomicBool::new(false),
             runner: (!task).then_some(me),
             graph: unmodeled::AtomicU8::new(0),
+            acting: unmodeled::Mutex::new(None),
         }
     }
 
@@ -173,6 +185,59 @@ impl<K, V> Flight<K, V> {
     fn runner_name(&self) -> Option<String> {
         self.runner.as_ref()?.name().map(str::to_owned)
     }
+
+    fn acting_now(&self) -> unmodeled::MutexGuard<'_, Option<thread::ThreadId>> {
+        (self.acting.lock()).unwrap_or_else(unmodeled::PoisonError::into_inner)
+    }
+
+    /// Marks the calling thread as running this async load's user code
+    /// until the returned guard drops (which restores what was there).
+    pub(crate) fn acting(&self) -> Acting<'_, K, V> {
+        let before = self.acting_now().replace(thread::current().id());
+        Acting {
+            flight: self,
+            before,
+        }
+    }
+
+    /// # Panics
+    ///
+    /// If the calling thread runs this async load's user code: waiting
+    /// would be waiting for itself.
+    fn not_acting_here(&self) {
+        if self.runner.is_none() && *self.acting_now() == Some(thread::current().id()) {
+            panic!(
+                "expiremap: an async load's init (or the expiry policy storing its \
+                 value) asked the map for its own key, which would wait for itself"
+            );
+        }
+    }
+}
+
+/// The guard of [`Flight::acting`].
+pub(crate) struct Acting<'a, K, V> {
+    flight: &'a Flight<K, V>,
+    before: Option<thread::ThreadId>,
+}
+
+impl<K, V> Drop for Acting<'_, K, V> {
+    fn drop(&mut self) {
+        *self.flight.acting_now() = self.before;
+    }
+}
+
+/// Awaits `fut`, polling it with the calling thread marked as running the
+/// user code of `flights` (async loads: see [`Flight::acting`]).
+pub(crate) async fn acting_for<K, V, T>(
+    flights: &[&Flight<K, V>],
+    fut: impl Future<Output = T>,
+) -> T {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        let _acting: Vec<Acting<'_, K, V>> = flights.iter().map(|f| f.acting()).collect();
+        fut.as_mut().poll(cx)
+    })
+    .await
 }
 
 impl<K, V: Clone> Flight<K, V> {
@@ -182,6 +247,7 @@ impl<K, V: Clone> Flight<K, V> {
     ///
     /// If waiting would close a cycle of waits (see the module docs).
     pub(crate) fn wait(&self) -> Ended<V> {
+        self.not_acting_here();
         let _edge = graph::Edge::enter(self);
         let mut state = self.state.lock();
         loop {
@@ -221,6 +287,7 @@ impl<K, V: Clone> Future for WaitAsync<'_, K, V> {
     type Output = Ended<V>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ended<V>> {
+        self.flight.not_acting_here();
         let mut state = self.flight.state.lock();
         if let Some(ended) = Flight::<K, V>::ended(&state) {
             return Poll::Ready(ended);

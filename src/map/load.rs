@@ -435,12 +435,13 @@ where
     /// go on (one of them loads).
     ///
     /// An `init` that asks for its own key, awaiting a load of it or
-    /// calling a blocking loader of it inside its future, waits for itself
-    /// (the future never completes, or the thread stays parked), and so
-    /// does an [`Expiry`](crate::Expiry) policy that asks for the key while
-    /// this load's value is stored: unlike the blocking form, an async
-    /// load is run by no thread in particular, so the wait cannot be told
-    /// to be its own.
+    /// calling a blocking loader of it inside its future, would wait for
+    /// itself: it panics instead, as does an [`Expiry`](crate::Expiry)
+    /// policy that asks for the key while this load's value is stored (the
+    /// wait is told by the thread polling the `init` or running the policy
+    /// at the time). A cycle through other async loads (this `init` awaits
+    /// a key whose async `init` awaits this one) is not detected: no thread
+    /// runs an async load between polls, and those futures never complete.
     ///
     /// ```
     /// use expiremap::ExpireMap;
@@ -539,7 +540,9 @@ where
         // Dropped with the future if it is cancelled: the load ends with no
         // value, and a waiter takes it over.
         let mut guard = flight::FlightGuard::new(flight, self.inner.shard(hash));
-        let r = init.await;
+        let flight = guard.flight.clone();
+        let r = flight::acting_for(&[&*flight], init).await;
+        let _acting = flight.acting();
         self.end_load(key, ttl, r, &mut guard)
     }
 

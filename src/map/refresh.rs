@@ -251,7 +251,9 @@ where
             count: &self.inner.refresh_failures,
             ok: false,
         };
-        let r = init.await;
+        let flight = guard.flight.clone();
+        let r = flight::acting_for(&[&*flight], init).await;
+        let _acting = flight.acting();
         failure.ok = self.end_load(key, ttl, r, &mut guard).is_ok();
     }
 
@@ -303,7 +305,9 @@ where
                 count: &map.inner.refresh_failures,
                 ok: false,
             };
-            let r = init.await;
+            let flight = guard.flight.clone();
+            let r = flight::acting_for(&[&*flight], init).await;
+            let _acting = flight.acting();
             failure.ok = map.end_load(key, ttl, r, &mut guard).is_ok();
         }));
         None

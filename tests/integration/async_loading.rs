@@ -318,3 +318,107 @@ fn a_hand_written_executor_is_woken_by_the_load() {
     });
     assert_eq!(r.unwrap(), (11, 11));
 }
+
+/// Runs `f`, which must panic, naming a wait for itself, within 60 s (a
+/// hang fails the test instead of hanging it).
+fn panics_waiting_for_itself(f: impl FnOnce() + Send + 'static) {
+    let p = within(60, f).expect_err("asked for its own key: a panic");
+    let msg = panic_message(&*p);
+    assert!(msg.contains("its own key"), "{msg}");
+}
+
+/// An async load whose `init` awaits a load of its own key panics (it
+/// would wait for itself; no thread runs an async load, so this is told
+/// by the thread polling the `init`), and the key loads afterwards.
+#[test]
+fn an_async_init_awaiting_its_own_key_panics() {
+    let m = map();
+    let m2 = m.clone();
+    panics_waiting_for_itself(move || {
+        current_thread().block_on(m2.get_or_insert_with_async(1, MINUTE, async {
+            m2.get_or_insert_with_async(1, MINUTE, async { 2 }).await
+        }));
+    });
+    let m3 = m.clone();
+    let v = within(60, move || {
+        current_thread().block_on(m3.get_with_async(1, async { 3 }))
+    });
+    assert_eq!(v.expect("no hang"), 3);
+}
+
+/// The same with a blocking loader of its own key inside the `init`'s
+/// future, and with the map's expiry policy asking for the key while the
+/// async load's value is stored.
+#[test]
+fn an_async_load_asking_for_its_own_key_from_blocking_code_panics() {
+    let m = map();
+    let m2 = m.clone();
+    panics_waiting_for_itself(move || {
+        current_thread().block_on(
+            m2.get_or_insert_with_async(1, MINUTE, async {
+                m2.get_or_insert_with(1, MINUTE, || 2)
+            }),
+        );
+    });
+
+    struct AsksTheMap(Arc<std::sync::OnceLock<ExpireMap<u32, u32>>>);
+    impl expiremap::Expiry<u32, u32> for AsksTheMap {
+        fn expire_after_create(&self, key: &u32, _: &u32) -> Option<Duration> {
+            let map = self.0.get().expect("set");
+            Some(Duration::from_secs(u64::from(map.get_with(*key, || 7))))
+        }
+    }
+    let cell = Arc::new(std::sync::OnceLock::new());
+    let policed: ExpireMap<u32, u32> = ExpireMap::builder()
+        .background_eviction(false)
+        .expire_after(AsksTheMap(cell.clone()))
+        .build();
+    assert!(cell.set(policed.clone()).is_ok(), "set once");
+    let p2 = policed.clone();
+    panics_waiting_for_itself(move || {
+        current_thread().block_on(p2.get_with_async(1, async { 2 }));
+    });
+    // Nothing was stored. (The policy's handle keeps this map alive; it
+    // has no eviction thread to leave behind.)
+    assert_eq!(policed.get(&1), None);
+}
+
+/// Two async loads of one key joined in one task are no wait for itself:
+/// the second waits for the first, which completes; one `init` runs.
+#[test]
+fn two_async_loads_of_one_key_joined_in_one_task_share_the_load() {
+    let m = map();
+    let runs = AtomicU32::new(0);
+    let (a, b) = current_thread().block_on(async {
+        tokio::join!(
+            m.get_or_insert_with_async(1, MINUTE, async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                10
+            }),
+            m.get_or_insert_with_async(1, MINUTE, async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                20
+            }),
+        )
+    });
+    assert_eq!((a, b), (10, 10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// The same for an async bulk load whose `load` future asks for one of
+/// the keys it loads.
+#[test]
+fn an_async_bulk_load_asking_for_one_of_its_keys_panics() {
+    let m = map();
+    panics_waiting_for_itself(move || {
+        let inner = m.clone();
+        current_thread().block_on(m.get_many_with_async(&[1, 2], MINUTE, move |ks| {
+            let ks = ks.to_vec();
+            async move {
+                let v = inner.get_with_async(2, async { 0 }).await;
+                ks.iter().map(|&k| (k, v)).collect()
+            }
+        }));
+    });
+}
