@@ -142,6 +142,13 @@ where
         let inner = &*self.inner;
         let ttl = nanos(ttl);
         let weight = inner.weigher.as_ref().map_or(1, |w| w(&key, &value));
+        // Heavier than the whole bound: never held. A plain put stores it
+        // over a held key and pushes it out at once (the old value is
+        // returned, the new one leaves as `Size`); a `try_` put hands it
+        // back and changes nothing.
+        if give_back && inner.budget.as_ref().is_some_and(|b| weight > b.cap) {
+            return Err(NotStored::Refused(key, value));
+        }
         // Declared before the lock guard, so that if the user's `Eq` panics
         // in the probe, the key and value, and anything the bound pushed out,
         // are dropped after the guard: outside the lock.
