@@ -213,15 +213,24 @@ where
     #[inline(never)]
     pub(super) fn leave_all(&self, out: &mut shard::Out<K, V>, now: impl RemovedAt) {
         let sender = self.events.live_sender();
-        // Read once, and only for a subscriber.
-        let at = sender.as_ref().map_or(0, |_| now.at(&self.clock));
+        // Read once, and only for a subscriber or an expired entry.
+        let mut at = sender.as_ref().map(|_| now.at(&self.clock));
         let mut panics = Panics::new();
-        let mut size = 0;
+        let (mut size, mut expired, mut late) = (0, 0, 0);
         out.take_each(|r| match r.door {
             Door::Size | Door::Expired => {
-                size += u64::from(r.door == Door::Size);
+                if r.door == Door::Expired {
+                    // Evicted for its deadline (expired entries go first
+                    // when a full map makes room), counted as the thread
+                    // counts its own.
+                    let t = *at.get_or_insert_with(|| now.at(&self.clock));
+                    late = late.max(t.saturating_sub(r.deadline));
+                    expired += 1;
+                } else {
+                    size += 1;
+                }
                 match &sender {
-                    Some(s) => Self::publish_evicted(s, r, at, &mut panics),
+                    Some(s) => Self::publish_evicted(s, r, at.unwrap_or(0), &mut panics),
                     None => {
                         panics.run(move || drop(r));
                     }
@@ -234,6 +243,10 @@ where
             }
         });
         self.size_evicted.add(size);
+        if expired > 0 {
+            self.evicted.fetch_add(expired, Ordering::Relaxed);
+            self.max_lateness.fetch_max(late, Ordering::Relaxed);
+        }
         panics.forget();
     }
 

@@ -125,8 +125,10 @@ pub struct Stats {
     /// deadline, the largest seen.
     pub max_lateness: Duration,
     /// Entries evicted because their deadline passed (by the thread,
-    /// [`ExpireMap::evict_expired`](super::ExpireMap::evict_expired), or a
-    /// write to their shard: see `evicted_by_writers`). Not counted: an entry a read removed
+    /// [`ExpireMap::evict_expired`](super::ExpireMap::evict_expired), a
+    /// write to their shard: see `evicted_by_writers`, or a put into a full
+    /// bounded map, which takes expired entries first to make room). Not
+    /// counted: an entry a read removed
     /// because it found it idle-expired (see
     /// [`Builder::time_to_idle`](crate::Builder::time_to_idle)), published
     /// as `Expired` all the same.
@@ -135,7 +137,8 @@ pub struct Stats {
     /// `remove`, `expire`, a conditional put, a load's store) to a shard
     /// that no eviction has drained for one interval plus one precision
     /// (the thread is behind) takes a few due entries under the lock it
-    /// already holds. The rest were the thread's or `evict_expired`'s.
+    /// already holds. The rest were the thread's, `evict_expired`'s, or
+    /// taken by a full bounded map's put to make room.
     pub evicted_by_writers: u64,
     /// Eviction passes made by the background thread.
     pub passes: u64,
