@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bound_edges;
 mod clock_at_max;
 mod concurrent_evict;
 mod drop_in_publish;
