@@ -463,24 +463,30 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     ) -> Result<V, E> {
         let names = self.lease_names(key)?;
         let token = token();
+        // Gives the lease back if `init` fails or panics, or the value is
+        // not stored; and if a take fails: one that timed out may still
+        // take the lease when the server gets to it, and the release,
+        // sent after it on the same link, then ends it (by this token
+        // only).
+        let mut release = Release {
+            cache: self,
+            key,
+            token: &token,
+            armed: false,
+        };
         loop {
             let wait = self.waiters.register(names.clone());
+            release.armed = true;
             let found = self.links.run(key, &self.prefix, |l, asking| {
                 l.lease(key, &token, lease_ttl, asking)
             })?;
+            release.armed = matches!(found, Leased::Mine);
             match found {
                 Leased::Value(v) => return Ok(v),
                 Leased::Mine => break,
                 Leased::Held(left) => wait.block(patience(left, lease_ttl)),
             }
         }
-        // Given back if `init` fails or panics, or the value is not stored.
-        let mut release = Release {
-            cache: self,
-            key,
-            token: &token,
-            armed: true,
-        };
         let v = init()?;
         if !ttl.is_zero() {
             self.links.run(key, &self.prefix, |l, asking| {

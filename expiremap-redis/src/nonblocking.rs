@@ -259,26 +259,30 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     {
         let names = self.lease_names(key)?;
         let token = lease::token();
+        // Armed while a take is in flight too (see `load_leased`): a take
+        // that fails, or whose future is dropped, may still land.
+        let mut release = lease::Release {
+            cache: self,
+            key,
+            token: &token,
+            armed: false,
+        };
         loop {
             let wait = self.waiters.register(names.clone());
+            release.armed = true;
             let found = self
                 .links
                 .run_async(key, &self.prefix, |l, asking| {
                     l.lease(key, &token, lease_ttl, asking)
                 })
                 .await?;
+            release.armed = matches!(found, Leased::Mine);
             match found {
                 Leased::Value(v) => return Ok(v),
                 Leased::Mine => break,
                 Leased::Held(left) => wait.until(lease::patience(left, lease_ttl)).await,
             }
         }
-        let mut release = lease::Release {
-            cache: self,
-            key,
-            token: &token,
-            armed: true,
-        };
         let init = init.expect("a caller leads at most once");
         let v = init.await?;
         if !ttl.is_zero() {
