@@ -303,7 +303,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             }
             (changed, idle)
         };
-        let deadline = Instant::now() + self.base.call_timeout;
+        let deadline = crate::reply::far(Instant::now(), self.base.call_timeout);
         lock(&self.retiring).extend(idle.into_iter().map(|n| (n, deadline)));
         self.retire(false);
         if changed {

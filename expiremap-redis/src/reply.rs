@@ -65,6 +65,15 @@ pub(crate) struct Sender<T>(Option<Arc<Slot<T>>>);
 /// The waiting end, held by the caller; a [`Future`] of the reply.
 pub(crate) struct Receiver<T>(Arc<Slot<T>>);
 
+/// `now + timeout`, or, past what an `Instant` holds (a timeout of
+/// `Duration::MAX`: no timeout), a century from now.
+pub(crate) fn far(now: Instant, timeout: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(CENTURY))
+        .unwrap_or(now)
+}
+
 /// A slot for a call that waits at most `timeout` from now.
 pub(crate) fn channel<T>(timeout: Duration) -> (Sender<T>, Receiver<T>) {
     let slot = Arc::new(Slot {
@@ -74,7 +83,7 @@ pub(crate) fn channel<T>(timeout: Duration) -> (Sender<T>, Receiver<T>) {
             expired: false,
             waiter: Waiter::None,
         }),
-        deadline: Instant::now() + timeout,
+        deadline: far(Instant::now(), timeout),
         timeout,
     });
     (Sender(Some(Arc::clone(&slot))), Receiver(slot))
