@@ -12,6 +12,7 @@ mod async_api;
 mod cluster;
 mod cluster_topology;
 mod coherence;
+mod edges;
 mod expirations;
 mod faults;
 mod hostile_values;
