@@ -3,8 +3,9 @@
 //! the key once; a write during the reload wins; a failed or panicking
 //! reload keeps the value; other callers never wait for a reload.
 
-use expiremap::{ExpireMap, ManualClock};
+use expiremap::{ExpireMap, Expiry, ManualClock, Update};
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -13,6 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 const SEC: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
 /// Bounds a wait that must not hang; never reached when all is well.
 const HANG: Duration = Duration::from_secs(60);
 
@@ -361,4 +363,179 @@ fn a_reload_is_timed_as_a_new_entry_and_a_zero_expires_the_old_one() {
         (e.key, e.value, e.cause),
         (1, 40, expiremap::Cause::Expired)
     );
+}
+
+// Pins: an `update` of the key run during its reload wins: the reload's value
+// is not stored, the update kept the deadline, and the reload is no failure.
+#[test]
+fn an_update_during_a_reload_wins() {
+    let clock = ManualClock::new();
+    let map = refreshing(&clock);
+    map.get_with(1, || 10);
+    clock.advance(46 * SEC);
+    let m = map.clone();
+    let got = map.get_with(1, move || {
+        assert_eq!(
+            m.update(1, |seen| Update::SetKeepTtl(seen.unwrap().0 + 100)),
+            Some(110)
+        );
+        11
+    });
+    assert_eq!(got, 10);
+    assert_eq!(map.get(&1), Some(110));
+    assert_eq!(map.ttl(&1), Some(14 * SEC), "the update kept the deadline");
+    let s = map.stats();
+    assert_eq!((s.refreshes, s.refresh_failures), (1, 0));
+}
+
+// Pins: a `clear` during a reload wins: nothing of the reload is stored.
+#[test]
+fn a_clear_during_a_reload_wins() {
+    let clock = ManualClock::new();
+    let map = refreshing(&clock);
+    map.get_with(1, || 10);
+    clock.advance(46 * SEC);
+    let m = map.clone();
+    assert_eq!(
+        map.get_with(1, move || {
+            m.clear();
+            11
+        }),
+        10
+    );
+    assert_eq!(map.get(&1), None);
+    assert!(map.is_empty());
+}
+
+// Pins: an entry that expires and is evicted while its reload runs is not
+// a write: the reload's value is stored, and a later caller hits it.
+#[test]
+fn a_reload_outliving_its_entry_stores_its_value() {
+    let clock = ManualClock::new();
+    let map = refreshing(&clock);
+    map.get_with(1, || 10);
+    clock.advance(46 * SEC);
+    let (m, c) = (map.clone(), clock.clone());
+    assert_eq!(
+        map.get_with(1, move || {
+            c.advance(20 * SEC);
+            assert_eq!(m.evict_expired(), 1);
+            11
+        }),
+        10
+    );
+    assert_eq!(map.get_with(1, || unreachable!()), 11);
+    assert_eq!(map.ttl(&1), Some(60 * SEC));
+}
+
+/// Lives as many seconds as the value says; panics for 13.
+struct Unlucky;
+impl Expiry<u32, u32> for Unlucky {
+    fn expire_after_create(&self, _: &u32, v: &u32) -> Option<Duration> {
+        assert_ne!(*v, 13, "unlucky");
+        Some(Duration::from_secs(u64::from(*v)))
+    }
+}
+
+// Pins: a policy that panics on a reload's value: the panic reaches the
+// caller, the old value stays, the reload counts as failed, the flight
+// ends (the next call reloads).
+#[test]
+fn a_policy_panicking_on_a_reload_keeps_the_value() {
+    let clock = ManualClock::new();
+    let map: ExpireMap<u32, u32> = ExpireMap::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .expire_after(Unlucky)
+        .refresh_after(10 * SEC)
+        .build();
+    assert_eq!(map.get_with(1, || 100), 100);
+    clock.advance(11 * SEC);
+    let r = catch_unwind(AssertUnwindSafe(|| map.get_with(1, || 13)));
+    assert!(r.is_err());
+    assert_eq!(map.get(&1), Some(100));
+    assert_eq!(map.get_with(1, || 50), 100);
+    assert_eq!(map.ttl(&1), Some(50 * SEC));
+    let s = map.stats();
+    assert_eq!((s.refreshes, s.refresh_failures), (2, 1));
+}
+
+fn poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    f.poll(&mut cx)
+}
+
+// Pins: an async reload run in the caller whose future is dropped mid-load
+// ends its flight, keeps the value, counts as failed; the next call reloads.
+#[test]
+fn a_cancelled_async_reload_keeps_the_value() {
+    let clock = ManualClock::new();
+    let map = refreshing(&clock);
+    map.get_with(1, || 10);
+    clock.advance(46 * SEC);
+    {
+        let fut =
+            map.try_get_or_insert_with_async(1, MINUTE, std::future::pending::<Result<u32, ()>>());
+        let mut fut = std::pin::pin!(fut);
+        assert!(poll_once(fut.as_mut()).is_pending());
+    }
+    let s = map.stats();
+    assert_eq!((s.refreshes, s.refresh_failures), (1, 1));
+    assert_eq!(map.get(&1), Some(10));
+    let fut = map.get_or_insert_with_async(1, MINUTE, async { 11 });
+    let mut fut = std::pin::pin!(fut);
+    assert_eq!(poll_once(fut.as_mut()), std::task::Poll::Ready(10));
+    assert_eq!(map.get(&1), Some(11));
+}
+
+// Pins, racing: a reload never overwrites a `put` or an `update` that
+// raced it (whichever came first), and `stats().refreshes` counts exactly
+// the reloads whose loader ran.
+#[test]
+fn a_reload_racing_put_or_update_never_overwrites_the_write() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
+    let clock = ManualClock::new();
+    let map: ExpireMap<u32, u64> = ExpireMap::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .background_eviction(false)
+        .time_to_live(Duration::from_secs(3600))
+        .refresh_after(45 * SEC)
+        .build();
+    map.get_with(1, || 0);
+    let inits = Arc::new(AtomicU64::new(0));
+    let start = Barrier::new(2);
+    let end = Barrier::new(2);
+    let rounds = 2000_u64;
+    thread::scope(|s| {
+        s.spawn(|| {
+            for r in 0..rounds {
+                start.wait();
+                let i = inits.clone();
+                map.get_with(1, move || {
+                    i.fetch_add(1, Ordering::SeqCst);
+                    std::hint::black_box(1_000_000 + r)
+                });
+                end.wait();
+            }
+        });
+        for r in 0..rounds {
+            clock.advance(46 * SEC); // stale again
+            start.wait();
+            if r % 2 == 0 {
+                map.put(1, r, Duration::from_secs(3600));
+            } else {
+                map.update(1, |_| Update::SetKeepTtl(r));
+            }
+            end.wait();
+            assert_eq!(
+                map.get(&1),
+                Some(r),
+                "round {r}: a reload overwrote the write"
+            );
+        }
+    });
+    assert_eq!(map.stats().refreshes, inits.load(Ordering::SeqCst));
+    assert_eq!(map.stats().refresh_failures, 0);
 }
