@@ -327,24 +327,32 @@ fn refresh_after_zero_is_rejected() {
     assert!(e.to_string().contains("refresh_after"), "{e}");
 }
 
-/// A policy that reads the TTL from the value (0: expired already).
+/// A policy that reads the TTL from the value in seconds (0: expired
+/// already); it panics for 13.
 struct FromValue;
 
-impl expiremap::Expiry<u32, u32> for FromValue {
+impl Expiry<u32, u32> for FromValue {
     fn expire_after_create(&self, _: &u32, v: &u32) -> Option<Duration> {
+        assert_ne!(*v, 13, "unlucky");
         Some(Duration::from_secs(u64::from(*v)))
     }
+}
+
+/// A map on `clock` whose TTLs come from [`FromValue`], reloaded after
+/// 10 s.
+fn from_value(clock: &ManualClock) -> ExpireMap<u32, u32> {
+    ExpireMap::builder()
+        .clock(clock.clone())
+        .background_eviction(false)
+        .expire_after(FromValue)
+        .refresh_after(10 * SEC)
+        .build()
 }
 
 #[test]
 fn a_reload_is_timed_as_a_new_entry_and_a_zero_expires_the_old_one() {
     let clock = ManualClock::new();
-    let map: ExpireMap<u32, u32> = ExpireMap::builder()
-        .clock(clock.clone())
-        .background_eviction(false)
-        .expire_after(FromValue)
-        .refresh_after(10 * SEC)
-        .build();
+    let map = from_value(&clock);
     let mut events = map.subscribe().unwrap();
     assert_eq!(map.get_with(1, || 30), 30);
     clock.advance(11 * SEC);
@@ -428,27 +436,13 @@ fn a_reload_outliving_its_entry_stores_its_value() {
     assert_eq!(map.ttl(&1), Some(60 * SEC));
 }
 
-/// Lives as many seconds as the value says; panics for 13.
-struct Unlucky;
-impl Expiry<u32, u32> for Unlucky {
-    fn expire_after_create(&self, _: &u32, v: &u32) -> Option<Duration> {
-        assert_ne!(*v, 13, "unlucky");
-        Some(Duration::from_secs(u64::from(*v)))
-    }
-}
-
 // Pins: a policy that panics on a reload's value: the panic reaches the
 // caller, the old value stays, the reload counts as failed, the flight
 // ends (the next call reloads).
 #[test]
 fn a_policy_panicking_on_a_reload_keeps_the_value() {
     let clock = ManualClock::new();
-    let map: ExpireMap<u32, u32> = ExpireMap::builder()
-        .clock(clock.clone())
-        .background_eviction(false)
-        .expire_after(Unlucky)
-        .refresh_after(10 * SEC)
-        .build();
+    let map = from_value(&clock);
     assert_eq!(map.get_with(1, || 100), 100);
     clock.advance(11 * SEC);
     let r = catch_unwind(AssertUnwindSafe(|| map.get_with(1, || 13)));
