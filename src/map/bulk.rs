@@ -402,15 +402,12 @@ where
                 let asked = Self::asked(keys, &wanted, &pass.own);
                 // The guards live in this future: dropping it while `load`
                 // runs ends the flights with no value.
+                // `load` runs (and its future is polled, and the values
+                // stored) with the thread marked as running these loads.
                 let flights: Vec<_> = pass.own.iter().map(|(_, g)| g.flight.clone()).collect();
                 let flights: Vec<&Flight<K, V>> = flights.iter().map(|f| &**f).collect();
-                let acting = || flights.iter().map(|f| f.acting()).collect::<Vec<_>>();
-                let made = {
-                    let _acting = acting();
-                    load(&asked)
-                };
-                let r = flight::acting_for(&flights, made).await;
-                let _acting = acting();
+                let r = flight::acting_for(&flights, async { load(&asked).await }).await;
+                let _acting: Vec<_> = flights.iter().map(|f| f.acting()).collect();
                 self.end_many(&mut wanted, asked, ttl, r, pass.own)?;
             }
             if pass.waits.is_empty() {

@@ -540,10 +540,28 @@ where
         // Dropped with the future if it is cancelled: the load ends with no
         // value, and a waiter takes it over.
         let mut guard = flight::FlightGuard::new(flight, self.inner.shard(hash));
+        self.run_async_load(key, ttl, init, &mut guard).await
+    }
+
+    /// Awaits an async load's `init` and ends the load with its outcome
+    /// ([`end_load`](Self::end_load)), the thread polling `init` and the
+    /// one storing marked as running the load's user code
+    /// ([`Flight::acting`](flight::Flight::acting)).
+    pub(super) async fn run_async_load<F, E>(
+        &self,
+        key: K,
+        ttl: Ttl,
+        init: F,
+        guard: &mut flight::FlightGuard<'_, K, V>,
+    ) -> Result<V, E>
+    where
+        F: Future<Output = Result<V, E>>,
+        E: Clone + Send + Sync + 'static,
+    {
         let flight = guard.flight.clone();
         let r = flight::acting_for(&[&*flight], init).await;
         let _acting = flight.acting();
-        self.end_load(key, ttl, r, &mut guard)
+        self.end_load(key, ttl, r, guard)
     }
 
     /// A loading call's look under `hash`'s write lock after a miss: the

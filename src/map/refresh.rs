@@ -251,10 +251,7 @@ where
             count: &self.inner.refresh_failures,
             ok: false,
         };
-        let flight = guard.flight.clone();
-        let r = flight::acting_for(&[&*flight], init).await;
-        let _acting = flight.acting();
-        failure.ok = self.end_load(key, ttl, r, &mut guard).is_ok();
+        failure.ok = (self.run_async_load(key, ttl, init, &mut guard).await).is_ok();
     }
 
     /// Reloads `key` on the map's spawner if it has one (the call returns
@@ -305,10 +302,7 @@ where
                 count: &map.inner.refresh_failures,
                 ok: false,
             };
-            let flight = guard.flight.clone();
-            let r = flight::acting_for(&[&*flight], init).await;
-            let _acting = flight.acting();
-            failure.ok = map.end_load(key, ttl, r, &mut guard).is_ok();
+            failure.ok = (map.run_async_load(key, ttl, init, &mut guard).await).is_ok();
         }));
         None
     }
