@@ -66,6 +66,7 @@
 use crate::connect::Config;
 use crate::error::Error;
 use crate::link::Shared;
+use crate::op::{Hop, Redirected};
 use crate::reply::Receiver;
 use crate::slots::{Addr, Range, Redirect, SLOTS, SlotsConn, label, slot};
 use crate::{CacheKey, CacheValue, codec};
@@ -73,7 +74,9 @@ use expiremap::{Clock, ExpireMap, SystemClock};
 use std::io;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
+};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -314,21 +317,25 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
 
     /// A slot table: from `asked`'s node if it answers, else from the first
     /// node that does (linked primaries, then the seeds; never `except`),
-    /// whose connection `asked` then holds. Returns who answered.
+    /// whose connection `asked` then holds. Returns who answered. A node
+    /// that answers an empty table (one removed from the cluster, reset by
+    /// `del-node`, keeps running) is passed over: it is not asked first
+    /// again, and it neither gives nor contradicts a table.
     fn answer(
         &self,
         asked: &mut Asked,
         except: Option<&Addr>,
     ) -> Result<(Addr, Vec<Range>), Error> {
         let mut last = None;
+        let mut tried: Vec<Addr> = Vec::new();
         if let Some((conn, addr)) = asked.as_mut() {
+            tried.push(addr.clone());
             match conn.ask(addr) {
-                Ok(r) => return Ok((addr.clone(), r)),
-                Err(e) => {
-                    last = Some(e);
-                    *asked = None;
-                }
+                Ok(r) if !r.is_empty() => return Ok((addr.clone(), r)),
+                Ok(_) => last = Some(empty(addr)),
+                Err(e) => last = Some(e),
             }
+            *asked = None;
         }
         let mut addrs: Vec<Addr> = read(&self.table)
             .nodes
@@ -336,13 +343,13 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             .map(|n| n.addr.clone())
             .collect();
         addrs.extend(self.seeds.iter().cloned());
-        let mut tried: Vec<Addr> = Vec::new();
         for a in addrs {
             if Some(&a) == except || tried.contains(&a) {
                 continue;
             }
             tried.push(a.clone());
             match SlotsConn::open(&self.base, &a) {
+                Ok((_, r)) if r.is_empty() => last = Some(empty(&a)),
                 Ok((conn, r)) => {
                     *asked = Some((conn, a.clone()));
                     return Ok((a, r));
@@ -390,9 +397,6 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             }
             // No other node answers: the one that did is enough.
             Err(_) => {}
-        }
-        if answer.is_empty() {
-            return Err(empty(&by));
         }
         self.apply(&answer)
     }
@@ -452,6 +456,22 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         Ok(link)
     }
 
+    /// A primary's link other than `link`, if there is one: the next in
+    /// the table after it.
+    fn other_than(&self, link: &Arc<Shared<K, V>>) -> Option<Arc<Shared<K, V>>> {
+        let t = read(&self.table);
+        let n = t.nodes.len();
+        let at = t
+            .nodes
+            .iter()
+            .position(|x| Arc::ptr_eq(&x.link, link))
+            .unwrap_or(n);
+        (1..=n)
+            .map(|i| &t.nodes[(at + i) % n.max(1)])
+            .find(|x| !Arc::ptr_eq(&x.link, link))
+            .map(|x| Arc::clone(&x.link))
+    }
+
     /// `true` if every node's link is fresh.
     fn all_fresh(&self) -> bool {
         let now = self.clock.now();
@@ -491,21 +511,46 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         }
     }
 
-    /// Sends with `send` (given the link, and whether to send `ASKING`
-    /// first) and waits for the reply, following a cluster's redirects.
-    /// A link whose first attempt to connect has not ended is waited for
-    /// first (see [`Shared::first_attempt`]); if it ends without a
-    /// connection, the call fails with its error. A link retired by a new
-    /// slot table before the call was sent on it is routed again (each
-    /// such try counts as a redirect). Errors about a server name it.
+    /// Sends with `send` (given the link, and how: [`Hop`]) and waits for
+    /// the reply, following a cluster's redirects. A link whose first
+    /// attempt to connect has not ended is waited for first (see
+    /// [`Shared::first_attempt`]); if it ends without a connection, the
+    /// call fails with its error. A link retired by a new slot table before
+    /// the call was sent on it is routed again (each such try counts as a
+    /// redirect). Errors about a server name it.
     pub(crate) fn run<T>(
         &self,
         key: &K,
         prefix: &[u8],
-        send: impl Fn(&Shared<K, V>, bool) -> Result<Receiver<T>, Error>,
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
+    ) -> Result<T, Error> {
+        self.run_with(key, prefix, false, send)
+    }
+
+    /// [`run`](Self::run) for a command over several keys of the key's
+    /// slot (a lease holder's `MULTI`), which `send` also has in a one-key
+    /// form ([`Hop::single`]): a node that refuses it because the slot is
+    /// in migration (`ASK`, `TRYAGAIN`) gets the one-key form, which then
+    /// follows its own redirects.
+    pub(crate) fn run_multi<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
+    ) -> Result<T, Error> {
+        self.run_with(key, prefix, true, send)
+    }
+
+    fn run_with<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        multi: bool,
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
     ) -> Result<T, Error> {
         let mut link = self.first(key, prefix)?;
-        let mut asking = false;
+        let mut hop = Hop::default();
+        let mut last = None;
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
                 let _ = first.wait();
@@ -513,39 +558,49 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
                     Ok(()) => {}
                     Err(Some(e)) => return Err(e.at(&link.cfg.node())),
                     Err(None) => {
-                        (link, asking) = (self.first(key, prefix)?, false);
+                        (link, hop) = (self.first(key, prefix)?, Hop::default());
                         continue;
                     }
                 }
             }
-            let r = match send(&link, asking) {
+            let r = match send(&link, hop) {
                 // Retired by a new slot table since it was routed: nothing
                 // was sent; route again.
                 Err(_) if link.closed() => {
-                    (link, asking) = (self.first(key, prefix)?, false);
+                    (link, hop) = (self.first(key, prefix)?, Hop::default());
                     continue;
                 }
                 sent => sent.and_then(Receiver::wait),
             }
             .map_err(|e| self.at(e, &link));
-            match self.redirected(r, &link) {
-                ControlFlow::Continue(next) => (link, asking) = next,
+            match self.redirected(r, link, hop, multi) {
+                ControlFlow::Continue((next, e)) => ((link, hop), last) = (next, Some(e)),
                 ControlFlow::Break(done) => return done,
             }
         }
-        Err(too_many())
+        Err(too_many(last))
     }
 
-    /// Sends with `send` to `key`'s node and waits for nothing (its reply
-    /// is applied and dropped; a redirect is not followed).
-    pub(crate) fn post<T>(
-        &self,
-        key: &K,
-        prefix: &[u8],
-        send: impl Fn(&Shared<K, V>, bool) -> Result<Receiver<T>, Error>,
-    ) {
-        if let Ok(link) = self.first(key, prefix) {
-            let _ = send(&link, false);
+    /// Gives up the lease `token` holds on `key`, waiting for nothing: its
+    /// reply is applied and dropped by the reader, which follows a
+    /// redirect in it (a slot that moved, or is moving, since the lease
+    /// was taken) by sending the release on, to the node named.
+    pub(crate) fn release(&self, key: &K, prefix: &[u8], token: &str) {
+        match self {
+            Links::One { link, .. } => {
+                let _ = link.release(key, token, Hop::default(), None);
+            }
+            Links::Cluster(c) => {
+                if let Ok(link) = self.first(key, prefix) {
+                    let follow = Follow {
+                        cluster: Arc::downgrade(c),
+                        key: key.clone(),
+                        token: token.to_string(),
+                        left: MAX_REDIRECTS,
+                    };
+                    follow.send(&link, Hop::default());
+                }
+            }
         }
     }
 
@@ -554,10 +609,31 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         &self,
         key: &K,
         prefix: &[u8],
-        send: impl Fn(&Shared<K, V>, bool) -> Result<Receiver<T>, Error>,
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
+    ) -> Result<T, Error> {
+        self.run_with_async(key, prefix, false, send).await
+    }
+
+    /// [`run_multi`](Self::run_multi), awaiting the replies.
+    pub(crate) async fn run_multi_async<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
+    ) -> Result<T, Error> {
+        self.run_with_async(key, prefix, true, send).await
+    }
+
+    async fn run_with_async<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        multi: bool,
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
     ) -> Result<T, Error> {
         let mut link = self.first(key, prefix)?;
-        let mut asking = false;
+        let mut hop = Hop::default();
+        let mut last = None;
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
                 let _ = first.await;
@@ -565,47 +641,85 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
                     Ok(()) => {}
                     Err(Some(e)) => return Err(e.at(&link.cfg.node())),
                     Err(None) => {
-                        (link, asking) = (self.first(key, prefix)?, false);
+                        (link, hop) = (self.first(key, prefix)?, Hop::default());
                         continue;
                     }
                 }
             }
-            let r = match send(&link, asking) {
+            let r = match send(&link, hop) {
                 Ok(rx) => rx.await,
                 Err(_) if link.closed() => {
-                    (link, asking) = (self.first(key, prefix)?, false);
+                    (link, hop) = (self.first(key, prefix)?, Hop::default());
                     continue;
                 }
                 Err(e) => Err(e),
             }
             .map_err(|e| self.at(e, &link));
-            match self.redirected(r, &link) {
-                ControlFlow::Continue(next) => (link, asking) = next,
+            match self.redirected(r, link, hop, multi) {
+                ControlFlow::Continue((next, e)) => ((link, hop), last) = (next, Some(e)),
                 ControlFlow::Break(done) => return done,
             }
         }
-        Err(too_many())
+        Err(too_many(last))
     }
 
     /// What one try's result leads to: `Break` ends the call with that
     /// result (a reply, or an error that is no redirect); `Continue` is a
-    /// cluster's redirect: the link to try next and whether to send ASKING
-    /// first. `link` gave `r` (a redirect without a host means its node).
+    /// cluster's redirect: the link to try next and how, with the error
+    /// that led there. `link` gave `r` (sent as `hop`; a redirect without
+    /// a host means its node); `multi`: the call has a one-key form.
+    ///
+    /// * `MOVED`: the slot's new node (the table is updated and read
+    ///   again); `ASK`: the node named, with `ASKING` first.
+    /// * A command over several keys refused because its slot is in
+    ///   migration (`ASK`, or `TRYAGAIN` where the node holds some of the
+    ///   keys): its one-key form, to the same node.
+    /// * `CLUSTERDOWN` (a node removed from the cluster, which answers
+    ///   that it serves no slot; or a cluster that lost a slot's primary):
+    ///   another primary, which answers `MOVED` to the slot's node if it
+    ///   knows one, and the table is read again.
     fn redirected<T>(
         &self,
         r: Result<T, Error>,
-        link: &Shared<K, V>,
-    ) -> ControlFlow<Result<T, Error>, Retry<K, V>> {
-        match (self, r) {
-            (Links::Cluster(c), Err(e)) => match Redirect::parse(&e, &link.cfg.host) {
-                Some(red) => match c.follow(&red) {
-                    Ok(link) => ControlFlow::Continue((link, red.ask)),
-                    Err(e) => ControlFlow::Break(Err(e)),
-                },
-                None => ControlFlow::Break(Err(e)),
-            },
-            (_, r) => ControlFlow::Break(r),
+        link: Arc<Shared<K, V>>,
+        hop: Hop,
+        multi: bool,
+    ) -> ControlFlow<Result<T, Error>, (Retry<K, V>, Error)> {
+        let (Links::Cluster(c), Err(e)) = (self, &r) else {
+            return ControlFlow::Break(r);
+        };
+        let one_key = Hop {
+            asking: false,
+            single: true,
+        };
+        if let Some(red) = Redirect::parse(e, &link.cfg.host) {
+            if red.ask && multi && !hop.single {
+                return ControlFlow::Continue(((link, one_key), r.err().unwrap()));
+            }
+            return match c.follow(&red) {
+                Ok(next) => {
+                    let hop = Hop {
+                        asking: red.ask,
+                        single: red.ask && hop.single,
+                    };
+                    ControlFlow::Continue(((next, hop), r.err().unwrap()))
+                }
+                Err(e) => ControlFlow::Break(Err(e)),
+            };
         }
+        let Error::Server(m) = e else {
+            return ControlFlow::Break(r);
+        };
+        if says(m, "TRYAGAIN") && multi && !hop.single {
+            return ControlFlow::Continue(((link, one_key), r.err().unwrap()));
+        }
+        if says(m, "CLUSTERDOWN") {
+            c.kick();
+            if let Some(next) = c.other_than(&link) {
+                return ControlFlow::Continue(((next, Hop::default()), r.err().unwrap()));
+            }
+        }
+        ControlFlow::Break(r)
     }
 
     /// A call's error, naming the server it is about: a connection error,
@@ -617,6 +731,24 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
             Error::Server(_) if Redirect::parse(&e, "").is_none() => e.at(&link.cfg.node()),
             e => e,
         }
+    }
+
+    /// The error of a near read of `key` whose server is stalled (see
+    /// [`Shared::stalled`]): a timeout that names the node, if it is.
+    pub(crate) fn stalled(&self, key: &K, prefix: &[u8]) -> Option<Error> {
+        let link = self.first(key, prefix).ok()?;
+        let waited = link.stalled()?;
+        Some(
+            Error::connection(
+                io::ErrorKind::TimedOut,
+                &format!(
+                    "no answer to a ping for {waited:?}: the near copy is past the staleness \
+                     bound ({:?}), and the server is stalled",
+                    link.cfg.staleness
+                ),
+            )
+            .at(&link.cfg.node()),
+        )
     }
 
     /// `true` while every link has a connection.
@@ -713,11 +845,66 @@ impl<K, V> Cluster<K, V> {
     }
 }
 
-/// The link a redirected call tries next, and whether to send ASKING first.
-type Retry<K, V> = (Arc<Shared<K, V>>, bool);
+/// The link a redirected call tries next, and how.
+type Retry<K, V> = (Arc<Shared<K, V>>, Hop);
 
-fn too_many() -> Error {
+/// `true` if the server's error in `message` (after what names the node
+/// and the step: `cluster node h:p: put (SET): TRYAGAIN ...`) has `code`.
+fn says(message: &str, code: &str) -> bool {
+    message.split(": ").any(|part| part.starts_with(code))
+}
+
+/// The error of a call that ran out of redirects: a `CLUSTERDOWN` that
+/// every node tried gave (the cluster is down) as the server wrote it.
+fn too_many(last: Option<Error>) -> Error {
+    if let Some(Error::Server(m)) = &last
+        && says(m, "CLUSTERDOWN")
+    {
+        return last.unwrap();
+    }
+    let last = last.map_or_else(String::new, |e| format!("; the last: {e}"));
     Error::Protocol(format!(
-        "more than {MAX_REDIRECTS} cluster redirects (MOVED/ASK) for one call"
+        "more than {MAX_REDIRECTS} cluster redirects (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) for one \
+         call{last}"
     ))
+}
+
+/// A posted lease release and what it takes to send it on after a
+/// redirect (see [`Links::release`]), on the reader that applies its reply.
+struct Follow<K, V> {
+    cluster: Weak<Cluster<K, V>>,
+    key: K,
+    token: String,
+    /// Redirects it may still follow.
+    left: usize,
+}
+
+impl<K: CacheKey, V: CacheValue> Follow<K, V> {
+    /// Sends the release on `link`; a redirect in its reply sends it on.
+    fn send(self, link: &Shared<K, V>, hop: Hop) {
+        let (key, token) = (self.key.clone(), self.token.clone());
+        let host = link.cfg.host.clone();
+        let next: Option<Redirected> = (self.left > 0).then(|| {
+            Box::new(move |e: &Error| {
+                let Some(c) = self.cluster.upgrade() else {
+                    return;
+                };
+                let Some(red) = Redirect::parse(e, &host) else {
+                    return;
+                };
+                if let Ok(link) = c.follow(&red) {
+                    let hop = Hop {
+                        asking: red.ask,
+                        single: true,
+                    };
+                    Follow {
+                        left: self.left - 1,
+                        ..self
+                    }
+                    .send(&link, hop);
+                }
+            }) as Redirected
+        });
+        let _ = link.release(&key, &token, hop, next);
+    }
 }

@@ -63,10 +63,12 @@ const SHOWN_PARAMS: [&str; 2] = ["db", "protocol"];
 /// those of [`SHOWN_PARAMS`] (the `redis` crate reads `pass` and `user`
 /// from the query of `redis+unix://` URLs), and a fragment. Masked as the
 /// URL parser of the `redis` crate reads it; a URL that does not parse
-/// keeps only its scheme if it has an `@`, `?` or `#` anywhere (a password
-/// may be what makes it unparsable).
+/// as one with a host (no scheme: `u:secret@host:port` reads as the
+/// scheme `u` and a path) keeps only its scheme if it has an `@`, `?` or
+/// `#` anywhere (a password may be what makes it unparsable).
 pub(crate) fn redact(url: &str) -> String {
-    let Ok(mut u) = url::Url::parse(url) else {
+    let parsed = url::Url::parse(url).ok().filter(|u| !u.cannot_be_a_base());
+    let Some(mut u) = parsed else {
         if !url.contains(['@', '?', '#']) {
             return url.to_string();
         }
@@ -310,7 +312,7 @@ pub(crate) fn handshake(
     }
     // The connect timeout, which `dial` set as the read timeout.
     let t = read.tcp().read_timeout().ok().flatten();
-    write.send(&bytes).map_err(|e| match is_timeout(&e) {
+    write.send_all(&bytes).map_err(|e| match is_timeout(&e) {
         true => no_answer("sending the handshake", t),
         false => Error::io(e),
     })?;
@@ -367,6 +369,10 @@ mod tests {
             ("redis://:p?w@h:1", "redis://***"),
             ("not a url", "not a url"),
             ("pw@h", "***"),
+            // No scheme: `u` would be one, and the rest a path.
+            ("u:secret@host:6379", "***"),
+            ("default:secret@10.0.0.1:6379/0", "***"),
+            ("host:6379", "host:6379"),
         ];
         for (url, shown) in cases {
             assert_eq!(redact(url), shown, "{url}");

@@ -127,7 +127,20 @@
 //! hits after `S`, but keeps the connection and the near copies, and the
 //! calls made during it get their replies if they come within the call
 //! timeout. A panic of user code on the cache's reader thread (see
-//! *Codec*) never leaves a call waiting either. Connecting waits at most
+//! *Codec*) never leaves a call waiting either.
+//!
+//! A call never waits for the socket: its command is queued and written
+//! as far as the socket takes it at once, and the connection's supervisor
+//! thread writes the rest as the server reads it. So a stalled server, or
+//! a value larger than the socket buffers, blocks no caller's thread (an
+//! executor's worker included) nor the other callers of the connection;
+//! each waits for its reply, at most its call timeout. While a server is
+//! stalled (a ping unanswered for longer than `S / 4`) and near hits have
+//! stopped (`S` has passed), a [`get`](NearCache::get) of a key that has a
+//! near copy fails at once with a timeout error ([`Error::is_timeout`],
+//! naming the server and how long it has not answered) instead of waiting
+//! for the server; a key without a near copy is read from the server,
+//! waiting at most the call timeout. Connecting waits at most
 //! the connect timeout ([`Builder::connect_timeout`]) for each answer; a
 //! server that gives none is a `TimedOut` error too. Connection errors
 //! name their server (`server host:port: ...`, or `cluster node
@@ -178,7 +191,20 @@
 //!   node (`cluster node host:port: ...`) while the link reconnects; the
 //!   other nodes' keys keep working. A key leaves a node by `MIGRATE`,
 //!   which deletes it there, so that node's invalidation drops its near
-//!   copy.
+//!   copy. A `CLUSTERDOWN` (a node removed with `del-node` right after a
+//!   reshard took its slots, while the table in use still names it) sends
+//!   the call to another primary, which redirects it to the slot's node,
+//!   and asks for the slot table at once.
+//! * Slots in migration: every command of the cache names one key (a
+//!   lease is held in its key: see *Fleet-wide loading*), so each follows
+//!   its own `ASK` to wherever its key is, none is refused with
+//!   `TRYAGAIN`, and none leaves a key on two nodes (which would make the
+//!   reshard's `MIGRATE` of it fail with `BUSYKEY`). Once a `put` or
+//!   `remove` returns `Ok`, every later read in any process sees it or a
+//!   newer write (after `S`), and no load overwrites it, through the
+//!   migration, the reshard that ends it, and a `del-node` after it. (A
+//!   failover keeps what Redis keeps: a write acknowledged by a primary
+//!   that fails before its replica has it is lost by Redis itself.)
 //! * Which slot table is taken: an answer that differs from the table in
 //!   use is taken only once a second node answers the same (or no other
 //!   node answers); an empty table never is. So a node removed with
@@ -223,31 +249,36 @@
 //! [`Builder::leases`] turns them off, [`Builder::lease_ttl`] sets their
 //! life ([`DEFAULT_LEASE_TTL`], 10 s).
 //!
-//! * The first miss anywhere takes the key's *lease*: a random token stored
-//!   in Redis next to the key (`<key>:lease`, in the key's Cluster slot)
-//!   with the lease TTL, taken in the same script that found the key
-//!   missing (one round trip, as the plain miss's read). It runs `init`.
+//! * The first miss anywhere takes the key's *lease*: the missing key is
+//!   set to a hash holding a random token, with the lease TTL, in the same
+//!   script that found it missing (one round trip, as the plain miss's
+//!   read). It runs `init`. A plain read of the key meanwhile finds no
+//!   value (as before the lease); a key of another type is an error.
 //! * Every other caller, in any process, finds the lease held and waits:
-//!   for an invalidation of the key or of its lease on the tracking
-//!   connection it already has (the holder's write, a `put`, a `remove`, a
-//!   lease given back or expired), or for the lease's time left, whichever
-//!   comes first; then it reads again, and takes the lease if it is free.
-//!   No polling: a waiter sends nothing while it waits.
-//! * The holder's value is stored only while its lease is valid: one
-//!   `MULTI`/`EXEC` of a script that compares the token, deletes the lease
-//!   and stages the value under a name of its own, and a `RENAME` of that
-//!   onto the key (which fails if nothing was staged). The holder keeps a
-//!   near copy of its value, as a `put` does.
-//!   A `put` or `remove` of the key by any cache deletes the lease
-//!   atomically with its write, so a load that started before it never
-//!   lands after it: no old value over a newer `put`, no removed key
-//!   brought back for a whole TTL (the cache-aside stale set). The load's
-//!   value is then only returned to its callers.
+//!   for an invalidation of the key on the tracking connection it already
+//!   has (the holder's write, a `put`, a `remove`, a lease given back or
+//!   expired: each writes the key), or for the lease's time left,
+//!   whichever comes first; then it reads again, and takes the lease if
+//!   it is free. No polling: a waiter sends nothing while it waits.
+//! * The holder's value is stored only while the key still holds its
+//!   lease: one `MULTI`/`EXEC` of a script that compares the token and
+//!   stages the value under a name of its own, and a `RENAME` of that onto
+//!   the key (which fails if nothing was staged). The holder keeps a near
+//!   copy of its value, as a `put` does.
+//!   A `put` (`SET`) or `remove` of the key by any cache, or any other
+//!   client's write of it, replaces the lease in the command that writes,
+//!   so a load that started before it never lands after it: no old value
+//!   over a newer `put`, no removed key brought back for a whole TTL (the
+//!   cache-aside stale set). The load's value is then only returned to its
+//!   callers.
 //! * A holder whose `init` fails or panics, or whose future is dropped,
 //!   gives the lease back, and a waiter takes over at once. A process that
 //!   dies (or a link that is lost) holding a lease delays the others by at
 //!   most the lease TTL; a load that outlives its lease is not stored (its
 //!   callers get its value), and another process may load meanwhile.
+//! * Every step names the key alone (the staging name of the holder's
+//!   `MULTI` is in its slot), so over a Cluster each follows the key
+//!   wherever a migration has it (see *Redis Cluster*).
 //!
 //! What it gains: with `P` processes reading a hot key, one load per
 //! expiry instead of `P` (measured in `BENCHMARKS.md`: 1.00 instead of
@@ -256,18 +287,20 @@
 //! without it on a miss (the lease is taken by the miss's read and ended by
 //! the store), a script and a `MULTI`/`EXEC` instead of `GET`/`SET NX`
 //! (measured at about 13–25 µs more per loaded miss with the store as one
-//! script); `put` is a `MULTI`/`EXEC` and `remove` a script (one round
-//! trip each, as before). Not a plain script for the writes that keep a
-//! near copy: Redis sends a script's writes back to its own connection as
-//! invalidations, `NOLOOP` or not, which would drop that copy. In a
-//! Cluster slot in migration the holder stores with one script, and its
-//! near copy is dropped after the store (its next read goes to Redis).
+//! script); `put` is a plain `SET` and `remove` a script (one round trip
+//! each). The holder's store is not a plain script: Redis sends a script's
+//! writes back to its own connection as invalidations, `NOLOOP` or not,
+//! which would drop the near copy it made. Where the `MULTI` is refused (a
+//! Cluster slot in migration, or a user without `MULTI`) the holder stores
+//! with one script on the key, and its near copy is dropped after the store
+//! (its next read goes to Redis). With [`Builder::redis_expirations`], a
+//! lease that lapses (its holder died) is reported as an expiration of its
+//! key.
 //!
 //! What the lease TTL should be: longer than your slowest load (a few
 //! times its p99.9), since a load that outlives its lease is done twice;
 //! and as short as you can afford a stuck or crashed loader to hold the
-//! fleet up. Writes that bypass the cache (another client's `SET`) do not
-//! void leases: a load racing them may land after them.
+//! fleet up.
 //!
 //! # Requirements
 //!
@@ -489,12 +522,18 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// The value of `key`: from the near copy if there is one and the
     /// staleness bound allows (no network), else from Redis in one round
     /// trip (value and remaining TTL), leaving a near copy.
+    ///
+    /// While the staleness bound stops near hits because the key's server
+    /// has left a ping unanswered (a stalled server), a key with a near
+    /// copy fails at once with a timeout error ([`Error::is_timeout`])
+    /// instead of waiting for the server (see the crate docs, *Lost
+    /// connections*).
     pub fn get(&self, key: &K) -> Result<Option<V>, Error> {
-        if let Some(v) = self.near_hit(key) {
+        if let Some(v) = self.near_read(key)? {
             return Ok(Some(v));
         }
         self.links
-            .run(key, &self.prefix, |l, asking| l.fetch(key, asking))
+            .run(key, &self.prefix, |l, hop| l.fetch(key, hop))
     }
 
     #[inline]
@@ -506,6 +545,28 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         }
     }
 
+    /// A `get`'s first look: the near copy if it may be served; an error
+    /// if one is held but its server is stalled (a read from it would
+    /// wait); `None`: ask Redis.
+    #[inline]
+    fn near_read(&self, key: &K) -> Result<Option<V>, Error> {
+        if self.links.fresh() {
+            return Ok(self.near.get(key));
+        }
+        self.stalled_near(key)
+    }
+
+    #[cold]
+    fn stalled_near(&self, key: &K) -> Result<Option<V>, Error> {
+        if !self.near.contains_key(key) {
+            return Ok(None);
+        }
+        match self.links.stalled(key, &self.prefix) {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
     /// Stores `value` under `key` in Redis with `ttl` (`SET ... PX`, rounded
     /// up to a millisecond), then as the near copy. A zero `ttl` is ignored,
     /// as by [`ExpireMap::put`]: nothing changes.
@@ -514,8 +575,8 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             return Ok(());
         }
         self.links
-            .run(&key, &self.prefix, |l, asking| {
-                l.set(key.clone(), value.clone(), ttl, false, asking)
+            .run(&key, &self.prefix, |l, hop| {
+                l.set(key.clone(), value.clone(), ttl, false, hop)
             })
             .map(drop)
     }
@@ -527,8 +588,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// means the key *was* deleted, but the value it held did not decode as
     /// `V` (its message says so too).
     pub fn remove(&self, key: &K) -> Result<Option<V>, Error> {
-        self.links
-            .run(key, &self.prefix, |l, asking| l.del(key, asking))
+        self.links.run(key, &self.prefix, |l, hop| l.del(key, hop))
     }
 
     /// The value of `key`, or, if Redis has none, `init()`'s value stored
@@ -580,14 +640,14 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
                 }
                 let fetched = self
                     .links
-                    .run(&key, &self.prefix, |l, asking| l.fetch(&key, asking))?;
+                    .run(&key, &self.prefix, |l, hop| l.fetch(&key, hop))?;
                 if let Some(v) = fetched {
                     return Ok(v);
                 }
                 let v = init()?;
                 if !ttl.is_zero() {
-                    self.links.run(&key, &self.prefix, |l, asking| {
-                        l.set(key.clone(), v.clone(), ttl, true, asking)
+                    self.links.run(&key, &self.prefix, |l, hop| {
+                        l.set(key.clone(), v.clone(), ttl, true, hop)
                     })?;
                 }
                 Ok(v)

@@ -49,7 +49,7 @@ use crate::codec;
 use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
 use crate::error::Error;
 use crate::lease;
-use crate::op::{self, Op, Reply};
+use crate::op::{self, Hop, Op, Reply};
 use crate::reply::{self, Receiver};
 use crate::wire::{ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
@@ -67,11 +67,17 @@ use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 /// Reads a key's value and its remaining time in one round trip, atomically.
-/// A missing key reads as `false` (GET) and `-2` (PTTL). Sent as `EVAL_RO`
+/// A missing key reads as `false` (GET) and `-2` (PTTL), and so does a key
+/// that holds a lease (a hash with a `lease` field: see `lease`); a key of
+/// another type is an error (`WRONGTYPE`). Sent as `EVAL_RO`
 /// where the server has it (Redis 7 and later, Valkey): a read-only script
 /// is not held up by `CLIENT PAUSE ... WRITE` (failovers use it), nor
 /// refused by a read-only replica. Plain `EVAL` on Redis 6.2.
-const FETCH: &str = "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}";
+const FETCH: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
+if t == 'string' then return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])} end \
+if t == 'none' or (t == 'hash' and redis.call('HEXISTS', KEYS[1], 'lease') == 1) then \
+return {false, -2} end \
+return redis.error_reply('WRONGTYPE the key holds neither a value nor a lease')";
 
 /// Redis keeps deadlines in whole milliseconds of its clock, read when the
 /// command runs: the server may expire a key up to 1 ms before `sent + ttl`
@@ -94,7 +100,9 @@ const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// The live connection: its write half and the calls waiting on it.
 pub(crate) struct Conn<K, V> {
-    stream: WriteHalf,
+    /// Shared with the supervisor, which writes what callers' sends left
+    /// (see [`crate::wire`]) without the link's mutex.
+    stream: Arc<WriteHalf>,
     pub(crate) pending: VecDeque<Op<K, V>>,
     /// When the ping in flight was sent.
     ping_sent: Option<u64>,
@@ -110,6 +118,9 @@ pub(crate) struct Shared<K, V> {
     pub(crate) cfg: Config,
     /// Near copies may be served while `clock.now() <= fresh_until`.
     fresh_until: AtomicU64,
+    /// When the ping in flight was sent (0: none), for a reader of
+    /// [`stalled`](Self::stalled) without the link's mutex.
+    ping_out: AtomicU64,
     link: Mutex<Option<Conn<K, V>>>,
     closing: AtomicBool,
     supervisor: OnceLock<Thread>,
@@ -124,6 +135,8 @@ pub(crate) struct Shared<K, V> {
     first: Mutex<Vec<reply::Sender<()>>>,
     /// The server has `EVAL_RO` (read at each connection, from `HELLO`).
     eval_ro: AtomicBool,
+    /// The server lets this user run `MULTI` (tried at each connection).
+    multi: AtomicBool,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -169,6 +182,7 @@ pub(crate) struct Fresh {
     parser: Parser,
     tracking_sent: u64,
     eval_ro: bool,
+    multi: bool,
 }
 
 impl<K, V> Shared<K, V>
@@ -188,6 +202,7 @@ where
             clock,
             cfg,
             fresh_until: AtomicU64::new(0),
+            ping_out: AtomicU64::new(0),
             link: Mutex::new(None),
             closing: AtomicBool::new(false),
             supervisor: OnceLock::new(),
@@ -196,6 +211,7 @@ where
             attempts: AtomicU64::new(0),
             first: Mutex::new(Vec::new()),
             eval_ro: AtomicBool::new(false),
+            multi: AtomicBool::new(true),
         }
     }
 
@@ -276,6 +292,23 @@ where
         self.link().is_some()
     }
 
+    /// If the server has left a ping unanswered for longer than the ping
+    /// interval (a quarter of the staleness bound; a server that answers
+    /// at all answers far sooner): for how long.
+    pub(crate) fn stalled(&self) -> Option<Duration> {
+        let out = self.ping_out.load(Ordering::Acquire);
+        if out == 0 {
+            return None;
+        }
+        let waited = self.clock.now().saturating_sub(out);
+        (waited > nanos(self.cfg.ping_every())).then(|| Duration::from_nanos(waited))
+    }
+
+    /// `true` if the server let this user run `MULTI` when it connected.
+    pub(crate) fn multi(&self) -> bool {
+        self.multi.load(Ordering::Relaxed)
+    }
+
     // ---- calls ----
 
     /// Writes `cmd` and queues the op `make` builds (given the send time and
@@ -307,25 +340,46 @@ where
             return Err(self.down());
         };
         let sent = self.clock.now();
+        let mut done = true;
         if asking {
             conn.pending.push_back(Op::Asking);
-            if conn.stream.send(b"*1\r\n$6\r\nASKING\r\n").is_err() {
-                conn.stream.shutdown();
-            }
+            done &= self.send(conn, b"*1\r\n$6\r\nASKING\r\n");
         }
         conn.pending.extend((0..skipped).map(|_| Op::Asking));
         conn.pending.push_back(make(sent, tx));
-        if conn.stream.send(cmd).is_err() {
-            // The reader sees the shutdown and fails every pending op,
-            // this one included.
-            conn.stream.shutdown();
+        done &= self.send(conn, cmd);
+        drop(link);
+        if !done {
+            // The supervisor writes the rest when the socket takes it.
+            self.kick();
         }
         Ok(rx)
     }
 
+    /// Queues `bytes` on the connection, writing what the socket takes now
+    /// (never waiting); `false` if some is left for the supervisor. A
+    /// failed write shuts the connection down: the reader sees it and
+    /// fails every pending op.
+    fn send(&self, conn: &Conn<K, V>, bytes: &[u8]) -> bool {
+        match conn.stream.send(bytes) {
+            Ok(done) => done,
+            Err(_) => {
+                conn.stream.shutdown();
+                true
+            }
+        }
+    }
+
+    /// Wakes the supervisor.
+    fn kick(&self) {
+        if let Some(t) = self.supervisor.get() {
+            t.unpark();
+        }
+    }
+
     /// The value of `key` in Redis (value and remaining TTL in one script),
     /// leaving a near copy.
-    pub(crate) fn fetch(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
+    pub(crate) fn fetch(&self, key: &K, hop: Hop) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let eval = if self.eval_ro.load(Ordering::Relaxed) {
             "EVAL_RO"
@@ -337,45 +391,36 @@ where
             .arg(1)
             .arg(name)
             .get_packed_command();
-        self.call(&cmd, asking, |sent, tx| Op::Fetch {
+        self.call(&cmd, hop.asking, |sent, tx| Op::Fetch {
             key: key.clone(),
             sent,
             tx,
         })
     }
 
-    /// `SET name value PX ttl [NX]`; `Ok(false)` only if `NX` declined.
+    /// `SET name value PX ttl [NX]`; `Ok(false)` only if `NX` declined. A
+    /// plain `SET` replaces a lease held on the key too (see `lease`): one
+    /// key, one command, whatever the slot's state.
     pub(crate) fn set(
         &self,
         key: K,
         value: V,
         ttl: Duration,
         nx: bool,
-        asking: bool,
+        hop: Hop,
     ) -> Result<Receiver<bool>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, &key)?;
         let bytes = codec::encode_value(&value)?;
         let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS);
         let mut set = redis::cmd("SET");
         set.arg(&name).arg(bytes).arg("PX").arg(ms as u64);
-        let (cmd, skipped, step) = if nx {
+        let step = if nx {
             set.arg("NX");
-            (set.get_packed_command(), 0, op::PUT_NX)
-        } else if asking {
-            // A slot in migration refuses a transaction over keys it lacks
-            // (`TRYAGAIN`): the lease's `DEL`, then the `SET` (see `lease`).
-            let mut cmd = redis::cmd("DEL")
-                .arg(lease::name_of(&name))
-                .get_packed_command();
-            cmd.extend(b"*1\r\n$6\r\nASKING\r\n");
-            cmd.extend(set.get_packed_command());
-            (cmd, 2, op::PUT_ASKING)
+            op::PUT_NX
         } else {
-            // Voids the key's lease, atomically (see `lease`: no script).
-            let del = redis::cmd("DEL").arg(lease::name_of(&name)).clone();
-            (op::transaction(&[&set, &del]), 3, op::PUT)
+            op::PUT
         };
-        self.call_after(&cmd, asking, skipped, |sent, tx| Op::Set {
+        self.call(&set.get_packed_command(), hop.asking, |sent, tx| Op::Set {
             key,
             value,
             ttl,
@@ -386,17 +431,15 @@ where
         })
     }
 
-    /// `GETDEL name`, voiding the key's lease in the same script.
-    pub(crate) fn del(&self, key: &K, asking: bool) -> Result<Receiver<Option<V>>, Error> {
+    /// [`lease::REMOVE`]: `GETDEL name`, or the lease held on it deleted.
+    pub(crate) fn del(&self, key: &K, hop: Hop) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
-        let lease = lease::name_of(&name);
         let cmd = redis::cmd("EVAL")
             .arg(lease::REMOVE)
-            .arg(2)
+            .arg(1)
             .arg(name)
-            .arg(lease)
             .get_packed_command();
-        self.call(&cmd, asking, |_, tx| Op::Del {
+        self.call(&cmd, hop.asking, |_, tx| Op::Del {
             key: key.clone(),
             tx,
         })
@@ -475,7 +518,7 @@ where
                 let r = self.leased(key, sent, reply);
                 tx.send(r);
             }
-            Op::Release { tx } => tx.send(Ok(())),
+            Op::Release { tx, .. } => tx.send(Ok(())),
             Op::Set {
                 key,
                 value,
@@ -534,6 +577,7 @@ where
                         let op = conn.pending.pop_front();
                         if let Some(Op::Ping { .. }) = op {
                             conn.ping_sent = None;
+                            self.ping_out.store(0, Ordering::Release);
                         }
                         op
                     };
@@ -550,6 +594,7 @@ where
     /// After the reader's last message: the connection is lost.
     fn reader_ended(&self) {
         self.fresh_until.store(0, Ordering::Release);
+        self.ping_out.store(0, Ordering::Release);
         let conn = self.link().take();
         if let Some(conn) = conn {
             conn.stream.shutdown();
@@ -591,11 +636,29 @@ where
         // slots: refuse it here, at `build` (a server that refuses `INFO`
         // is trusted).
         cmds.push(("INFO", redis::cmd("INFO").arg("cluster").clone()));
+        // Whether this user may run `MULTI` (a lease holder's store is a
+        // `MULTI`/`EXEC`, else one script; see `lease`): a refused `MULTI`
+        // would let the commands after it run alone, and its `EXEC` fail
+        // after they wrote.
+        // (`DISCARD` ends a transaction whose `EXEC` was refused.)
+        cmds.push(("MULTI", redis::cmd("MULTI")));
+        cmds.push(("EXEC", redis::cmd("EXEC")));
+        cmds.push(("DISCARD", redis::cmd("DISCARD")));
         let tracking_sent = self.clock.now();
         let mut parser = Parser::new();
         // Tracking is on only once its reply is in: no push comes before.
-        let replies = handshake(&mut read, &write, &mut parser, &cmds, &["INFO"], |_| {})?;
-        if !cfg.cluster && replies.last().is_some_and(cluster_enabled) {
+        let replies = handshake(
+            &mut read,
+            &write,
+            &mut parser,
+            &cmds,
+            &["INFO", "MULTI", "EXEC", "DISCARD"],
+            |_| {},
+        )?;
+        let [.., info, multi, exec, _] = &replies[..] else {
+            unreachable!("a reply per command")
+        };
+        if !cfg.cluster && cluster_enabled(info) {
             return Err(Error::Config(format!(
                 "{}:{} is a Redis Cluster node (cluster_enabled:1): NearCache::builder is for \
                  one server (it would get MOVED for the keys of other nodes); use \
@@ -609,6 +672,9 @@ where
             parser,
             tracking_sent,
             eval_ro: server_major(&replies[0]).is_some_and(|v| v >= 7),
+            multi: ![multi, exec]
+                .iter()
+                .any(|r| matches!(r, Value::ServerError(_))),
         })
     }
 
@@ -616,9 +682,10 @@ where
     fn install(self: &Arc<Self>, fresh: Fresh) -> Result<JoinHandle<()>, Error> {
         let now = self.clock.now();
         self.eval_ro.store(fresh.eval_ro, Ordering::Relaxed);
+        self.multi.store(fresh.multi, Ordering::Relaxed);
         *lock(&self.last_error) = None;
         *self.link() = Some(Conn {
-            stream: fresh.write,
+            stream: Arc::new(fresh.write),
             pending: VecDeque::new(),
             ping_sent: None,
             last_ping: now,
@@ -672,9 +739,8 @@ where
                 conn.pending.push_back(Op::Ping { sent: now });
                 conn.ping_sent = Some(now);
                 conn.last_ping = now;
-                if conn.stream.send(b"*1\r\n$4\r\nPING\r\n").is_err() {
-                    conn.stream.shutdown();
-                }
+                self.ping_out.store(now, Ordering::Release);
+                self.send(conn, b"*1\r\n$4\r\nPING\r\n");
             }
             None => {}
         }
@@ -719,7 +785,15 @@ where
         while !self.closing.load(Ordering::Acquire) {
             if self.connected() {
                 self.heartbeat();
-                thread::park_timeout(self.cfg.ping_every().min(reply::TICK_MAX));
+                let tick = self.cfg.ping_every().min(reply::TICK_MAX);
+                // What callers' sends left: written as the socket takes
+                // it, waiting for it here (never under the link's mutex).
+                let stream = self.link().as_ref().map(|c| Arc::clone(&c.stream));
+                match stream.map(|s| (s.flush(), s)) {
+                    Some((Ok(false), s)) => s.writable(tick),
+                    Some((Err(_), s)) => s.shutdown(),
+                    _ => thread::park_timeout(tick),
+                }
                 continue;
             }
             if let Some(h) = reader.take() {

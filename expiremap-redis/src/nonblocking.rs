@@ -149,11 +149,11 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// # Ok(()) }
     /// ```
     pub async fn get_async(&self, key: &K) -> Result<Option<V>, Error> {
-        if let Some(v) = self.near_hit(key) {
+        if let Some(v) = self.near_read(key)? {
             return Ok(Some(v));
         }
         self.links
-            .run_async(key, &self.prefix, |l, asking| l.fetch(key, asking))
+            .run_async(key, &self.prefix, |l, hop| l.fetch(key, hop))
             .await
     }
 
@@ -163,8 +163,8 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             return Ok(());
         }
         self.links
-            .run_async(&key, &self.prefix, |l, asking| {
-                l.set(key.clone(), value.clone(), ttl, false, asking)
+            .run_async(&key, &self.prefix, |l, hop| {
+                l.set(key.clone(), value.clone(), ttl, false, hop)
             })
             .await
             .map(drop)
@@ -173,7 +173,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     /// [`remove`](Self::remove) as a future.
     pub async fn remove_async(&self, key: &K) -> Result<Option<V>, Error> {
         self.links
-            .run_async(key, &self.prefix, |l, asking| l.del(key, asking))
+            .run_async(key, &self.prefix, |l, hop| l.del(key, hop))
             .await
     }
 
@@ -257,7 +257,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     where
         E: From<Error>,
     {
-        let names = self.lease_names(key)?;
+        let name = self.lease_name(key)?;
         let token = lease::token();
         // Armed while a take is in flight too (see `load_leased`): a take
         // that fails, or whose future is dropped, may still land.
@@ -268,12 +268,12 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             armed: false,
         };
         loop {
-            let wait = self.waiters.register(names.clone());
+            let wait = self.waiters.register(name.clone());
             release.armed = true;
             let found = self
                 .links
-                .run_async(key, &self.prefix, |l, asking| {
-                    l.lease(key, &token, lease_ttl, asking)
+                .run_async(key, &self.prefix, |l, hop| {
+                    l.lease(key, &token, lease_ttl, hop)
                 })
                 .await?;
             release.armed = matches!(found, Leased::Mine);
@@ -287,8 +287,8 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         let v = init.await?;
         if !ttl.is_zero() {
             self.links
-                .run_async(key, &self.prefix, |l, asking| {
-                    l.store_leased(key.clone(), v.clone(), ttl, &token, asking)
+                .run_multi_async(key, &self.prefix, |l, hop| {
+                    l.store_leased(key.clone(), v.clone(), ttl, &token, hop)
                 })
                 .await?;
             release.armed = false;
@@ -312,7 +312,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         }
         let fetched = self
             .links
-            .run_async(key, &self.prefix, |l, asking| l.fetch(key, asking))
+            .run_async(key, &self.prefix, |l, hop| l.fetch(key, hop))
             .await?;
         if let Some(v) = fetched {
             return Ok(v);
@@ -321,8 +321,8 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         let v = init.await?;
         if !ttl.is_zero() {
             self.links
-                .run_async(key, &self.prefix, |l, asking| {
-                    l.set(key.clone(), v.clone(), ttl, true, asking)
+                .run_async(key, &self.prefix, |l, hop| {
+                    l.set(key.clone(), v.clone(), ttl, true, hop)
                 })
                 .await?;
         }

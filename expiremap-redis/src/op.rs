@@ -16,16 +16,31 @@ use std::time::{Duration, Instant};
 
 pub(crate) type Reply<T> = reply::Sender<T>;
 
-/// The step of a `put` (`MULTI`/`EXEC` of the `SET` and the lease's `DEL`).
-pub(crate) const PUT: &str = "put (MULTI/EXEC)";
-/// The step of a `put` in a Cluster slot in migration (after an `ASK`).
-pub(crate) const PUT_ASKING: &str = "put (DEL of the lease, then SET)";
+/// The step of a `put` (`SET`, which also voids a lease on the key).
+pub(crate) const PUT: &str = "put (SET)";
 /// The step of a load's store without leases.
 pub(crate) const PUT_NX: &str = "store of a load (SET NX)";
 /// The step of a lease holder's store.
 pub(crate) const LEASE_STORE: &str = "lease store (MULTI/EXEC)";
-/// The step of a lease holder's store in a Cluster slot in migration.
-pub(crate) const LEASE_STORE_ASKING: &str = "lease store (script)";
+/// The step of a lease holder's store on the key alone (a Cluster slot in
+/// migration, or a user without `MULTI`).
+pub(crate) const LEASE_STORE_ONE: &str = "lease store (script)";
+
+/// How one try of a call is sent.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Hop {
+    /// After an `ASK`: `ASKING` first.
+    pub(crate) asking: bool,
+    /// The slot is in migration: a command over several keys (a lease
+    /// holder's `MULTI`) is sent in its one-key form, which follows its
+    /// own redirects (a node refuses commands over keys it holds only in
+    /// part: `ASK`, then `TRYAGAIN` on the other node).
+    pub(crate) single: bool,
+}
+
+/// What the reader does with a redirect in a posted call's reply (a
+/// lease's release, which nobody waits for): sends it on.
+pub(crate) type Redirected = Box<dyn FnOnce(&Error) + Send>;
 
 /// A command in flight, waiting for its reply.
 pub(crate) enum Op<K, V> {
@@ -60,6 +75,8 @@ pub(crate) enum Op<K, V> {
     /// [`crate::lease::RELEASE`].
     Release {
         tx: Reply<()>,
+        /// Follows a redirect in its reply.
+        redirected: Option<Redirected>,
     },
     Ping {
         sent: u64,
@@ -99,7 +116,10 @@ impl<K, V> Op<K, V> {
             Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.send(Err(e)),
             Op::Set { tx, .. } => tx.send(Err(e)),
             Op::Lease { tx, .. } => tx.send(Err(e)),
-            Op::Release { tx } => tx.send(Err(e)),
+            Op::Release { tx, redirected } => match (redirected, Redirect::parse(&e, "")) {
+                (Some(follow), Some(_)) => follow(&e),
+                _ => tx.send(Err(e)),
+            },
             Op::Ping { .. } | Op::Asking => {}
         }
     }
@@ -111,7 +131,7 @@ impl<K, V> Op<K, V> {
             Op::Fetch { tx, .. } | Op::Del { tx, .. } => tx.expire(now),
             Op::Set { tx, .. } => tx.expire(now),
             Op::Lease { tx, .. } => tx.expire(now),
-            Op::Release { tx } => tx.expire(now),
+            Op::Release { tx, .. } => tx.expire(now),
             Op::Ping { .. } | Op::Asking => None,
         }
     }

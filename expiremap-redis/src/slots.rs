@@ -32,7 +32,13 @@ pub(crate) fn label(addr: &Addr) -> String {
 
 /// CRC16/XMODEM, as Redis Cluster uses it.
 pub(crate) fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
+    crc16_from(0, bytes)
+}
+
+/// The CRC16 of the bytes whose CRC16 is `crc` followed by `bytes`.
+pub(crate) fn crc16_from(mut crc: u16, bytes: &[u8]) -> u16 {
+    #[cfg(test)]
+    CRC_BYTES.with(|n| n.set(n.get() + bytes.len() as u64));
     for &b in bytes {
         crc ^= u16::from(b) << 8;
         for _ in 0..8 {
@@ -44,6 +50,12 @@ pub(crate) fn crc16(bytes: &[u8]) -> u16 {
         }
     }
     crc
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes through [`crc16_from`] on this thread (what a test counts).
+    pub(crate) static CRC_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The slot of a Redis key: of its hash tag (the bytes between the first
@@ -205,7 +217,7 @@ impl SlotsConn {
             .set_read_timeout(Some(self.timeout))
             .map_err(Error::io)?;
         self.write
-            .send(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
+            .send_all(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
             .map_err(Error::io)?;
         let reply = self.parser.parse_value(&mut self.read).map_err(|e| {
             if e.is_timeout() {

@@ -2,6 +2,16 @@
 //! (the one thread that reads the connection) and a write half (callers,
 //! under the cache's `link` lock).
 //!
+//! A caller never waits for the socket: [`WriteHalf::send`] queues its
+//! bytes behind what is queued and writes what the socket takes at once
+//! (`MSG_DONTWAIT`); what is left is written by the link's supervisor
+//! ([`WriteHalf::flush`] when [`WriteHalf::writable`]). So a server that
+//! stops reading (stopped, or a value larger than the socket buffers)
+//! holds up no caller's thread: the calls wait for their replies, at most
+//! their call timeout. Only the handshakes, on their own threads, write
+//! blocking ([`WriteHalf::send_all`], bounded by the socket's write
+//! timeout).
+//!
 //! With TLS (`rediss://`, the `tls` feature), both halves share the rustls
 //! state under a mutex, but nobody blocks on the socket while holding it:
 //! the read half reads ciphertext from the socket unlocked, then takes the
@@ -14,7 +24,9 @@ use crate::error::Error;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 #[cfg(feature = "tls")]
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// The TLS state of a connection, shared by its halves.
 #[cfg(feature = "tls")]
@@ -42,6 +54,9 @@ pub(crate) struct WriteHalf {
     tcp: TcpStream,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
+    /// Plain TCP: bytes sent that the socket has not taken yet, in order
+    /// (TLS keeps its own, sealed, in the rustls state).
+    backlog: Mutex<Vec<u8>>,
 }
 
 /// Splits a plain TCP connection.
@@ -57,6 +72,7 @@ pub(crate) fn plain(tcp: TcpStream) -> Result<(ReadHalf, WriteHalf), Error> {
             tcp: write,
             #[cfg(feature = "tls")]
             tls: None,
+            backlog: Mutex::new(Vec::new()),
         },
     ))
 }
@@ -109,6 +125,7 @@ pub(crate) fn tls(
         WriteHalf {
             tcp: write,
             tls: Some(conn),
+            backlog: Mutex::new(Vec::new()),
         },
     ))
 }
@@ -120,12 +137,82 @@ impl ReadHalf {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl WriteHalf {
-    /// Sends `bytes` whole (blocking up to the socket's write timeout).
-    pub(crate) fn send(&self, bytes: &[u8]) -> io::Result<()> {
+    /// Queues `bytes` behind what is queued and writes what the socket
+    /// takes now, never waiting for it. `Ok(true)`: nothing is left to
+    /// write; `Ok(false)`: the rest waits for [`flush`](Self::flush).
+    pub(crate) fn send(&self, bytes: &[u8]) -> io::Result<bool> {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            let mut conn = tls.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut conn = lock(tls);
+            // No limit on what is buffered (see `tls`): never blocks.
+            conn.writer().write_all(bytes)?;
+            return drain(&mut conn, &self.tcp);
+        }
+        let mut backlog = lock(&self.backlog);
+        if backlog.is_empty() {
+            let n = write_now(&self.tcp, bytes)?;
+            backlog.extend_from_slice(&bytes[n..]);
+        } else {
+            backlog.extend_from_slice(bytes);
+            let n = write_now(&self.tcp, &backlog)?;
+            backlog.drain(..n);
+        }
+        Ok(backlog.is_empty())
+    }
+
+    /// Writes what is queued, as far as the socket takes it now.
+    /// `Ok(true)`: nothing is left.
+    pub(crate) fn flush(&self) -> io::Result<bool> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return drain(&mut lock(tls), &self.tcp);
+        }
+        let mut backlog = lock(&self.backlog);
+        if !backlog.is_empty() {
+            let n = write_now(&self.tcp, &backlog)?;
+            backlog.drain(..n);
+            if backlog.is_empty() {
+                // What a large value left behind.
+                backlog.shrink_to(64 * 1024);
+            }
+        }
+        Ok(backlog.is_empty())
+    }
+
+    /// Waits until the socket can take more bytes (or is closed), at most
+    /// `timeout`. No lock is held.
+    pub(crate) fn writable(&self, timeout: Duration) {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            let mut fd = libc::pollfd {
+                fd: self.tcp.as_raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: `fd` is one valid, initialized `pollfd` that lives
+            // through the call, and we pass a count of 1; the socket stays
+            // open while `self` is borrowed. poll only reads the struct and
+            // writes its `revents`.
+            unsafe { libc::poll(&mut fd, 1, ms) };
+        }
+        #[cfg(not(unix))]
+        std::thread::sleep(timeout.min(Duration::from_millis(1)));
+    }
+
+    /// Sends `bytes` whole, blocking up to the socket's write timeout: for
+    /// handshakes and the slot table's connection, on threads of their
+    /// own, before anything else is queued.
+    pub(crate) fn send_all(&self, bytes: &[u8]) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let mut conn = lock(tls);
             conn.writer().write_all(bytes)?;
             while conn.wants_write() {
                 conn.write_tls(&mut &self.tcp)?;
@@ -143,6 +230,63 @@ impl WriteHalf {
     /// Another handle of the socket, to shut it down from elsewhere.
     pub(crate) fn socket(&self) -> io::Result<TcpStream> {
         self.tcp.try_clone()
+    }
+}
+
+/// Writes as much of `bytes` as the socket takes without waiting; how much.
+fn write_now(tcp: &TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < bytes.len() {
+        match NonBlocking(tcp).write(&bytes[n..]) {
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Writes the sealed TLS records as far as the socket takes them now.
+/// `Ok(true)`: none is left.
+#[cfg(feature = "tls")]
+fn drain(conn: &mut rustls::ClientConnection, tcp: &TcpStream) -> io::Result<bool> {
+    while conn.wants_write() {
+        match conn.write_tls(&mut NonBlocking(tcp)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// A socket written without waiting (`MSG_DONTWAIT`, for this write only:
+/// the reader's reads on the same socket still block), and without
+/// `SIGPIPE` where the platform has the flag.
+struct NonBlocking<'a>(&'a TcpStream);
+
+impl Write for NonBlocking<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        #[cfg(unix)]
+        {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+            #[cfg(not(any(target_os = "linux", target_os = "android")))]
+            let flags = libc::MSG_DONTWAIT;
+            socket2::SockRef::from(self.0).send_with_flags(buf, flags)
+        }
+        #[cfg(not(unix))]
+        {
+            // No per-call flag: a short blocking write.
+            let mut tcp = self.0;
+            tcp.write(buf)
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -191,10 +335,10 @@ impl TlsRead {
                 }
                 closed |= state.peer_has_closed();
             }
-            // What the TLS layer answers on its own (key updates, alerts).
-            while conn.wants_write() {
-                conn.write_tls(&mut &*tcp)?;
-            }
+            // What the TLS layer answers on its own (key updates, alerts),
+            // behind what callers queued: as far as the socket takes it
+            // now; the rest goes with the next send or flush.
+            drain(&mut conn, tcp)?;
             if closed && self.plain.is_empty() {
                 return Ok(0);
             }

@@ -47,8 +47,8 @@ impl Wait {
     }
 }
 
-/// The callers waiting for leases held elsewhere, by the Redis names they
-/// wait on (the key's and its lease's). One table per cache, shared by
+/// The callers waiting for leases held elsewhere, by the Redis name they
+/// wait on (the key's, which holds the lease). One table per cache, shared by
 /// its links: the readers wake by name, the supervisors at deadlines.
 #[derive(Default)]
 pub(crate) struct Waiters {
@@ -75,7 +75,7 @@ impl Waiters {
 
     /// Registers a wait of this thread on `names`, *before* the
     /// [`LEASE`](super::LEASE) it follows is sent.
-    pub(crate) fn register(&self, names: [Vec<u8>; 2]) -> Registered<'_> {
+    pub(crate) fn register(&self, name: Vec<u8>) -> Registered<'_> {
         let wait = Arc::new(Wait {
             woken: AtomicBool::new(false),
             thread: current(),
@@ -85,14 +85,12 @@ impl Waiters {
             }),
         });
         let mut map = self.lock();
-        for n in &names {
-            map.entry(n.clone()).or_default().push(Arc::clone(&wait));
-        }
+        map.entry(name.clone()).or_default().push(Arc::clone(&wait));
         self.count.fetch_add(1, Ordering::AcqRel);
         drop(map);
         Registered {
             waiters: self,
-            names,
+            name,
             wait,
         }
     }
@@ -135,7 +133,7 @@ impl Waiters {
 /// A registered wait; deregisters when dropped.
 pub(crate) struct Registered<'a> {
     waiters: &'a Waiters,
-    names: [Vec<u8>; 2],
+    name: Vec<u8>,
     wait: Arc<Wait>,
 }
 
@@ -163,12 +161,10 @@ impl Registered<'_> {
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
         let mut map = self.waiters.lock();
-        for n in &self.names {
-            if let Some(list) = map.get_mut(n) {
-                list.retain(|w| !Arc::ptr_eq(w, &self.wait));
-                if list.is_empty() {
-                    map.remove(n);
-                }
+        if let Some(list) = map.get_mut(&self.name) {
+            list.retain(|w| !Arc::ptr_eq(w, &self.wait));
+            if list.is_empty() {
+                map.remove(&self.name);
             }
         }
         self.waiters.count.fetch_sub(1, Ordering::AcqRel);

@@ -277,3 +277,122 @@ impl Cluster {
             .collect()
     }
 }
+
+impl Cluster {
+    /// `CLUSTER SETSLOT slot IMPORTING` on `to` and `MIGRATING` on `from`:
+    /// the slot in migration, as `redis-cli --cluster reshard` starts it
+    /// (`from` answers `ASK` for the keys it lacks).
+    pub fn start_migration(&self, slot: u16, from: usize, to: usize) {
+        let setslot = |on: usize, state: &str, id: String| {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(id)
+                .query(&mut self.nodes[on].raw())
+                .unwrap();
+        };
+        setslot(to, "IMPORTING", self.id(from));
+        setslot(from, "MIGRATING", self.id(to));
+    }
+
+    /// Moves every key of `slot` from `from` to `to` as `redis-cli
+    /// --cluster reshard` does (`MIGRATE ... KEYS`, without `REPLACE`, a
+    /// few keys at a time); a key already on `to` fails it (`BUSYKEY`).
+    pub fn migrate_keys(&self, slot: u16, from: usize, to: usize) -> Result<(), String> {
+        let mut src = self.nodes[from].raw();
+        loop {
+            let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(10)
+                .query(&mut src)
+                .map_err(|e| e.to_string())?;
+            if keys.is_empty() {
+                return Ok(());
+            }
+            let mut m = redis::cmd("MIGRATE");
+            m.arg("127.0.0.1")
+                .arg(self.nodes[to].port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS");
+            for k in &keys {
+                m.arg(k);
+            }
+            let r: redis::RedisResult<redis::Value> = m.query(&mut src);
+            r.map_err(|e| format!("MIGRATE: {e}"))?;
+        }
+    }
+
+    /// `CLUSTER SETSLOT slot NODE <to>` on every node (`to` first): the
+    /// migration's end.
+    pub fn finish_migration(&self, slot: u16, to: usize) {
+        let id = self.id(to);
+        let mut order = vec![to];
+        order.extend((0..self.nodes.len()).filter(|&i| i != to));
+        for i in order {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&id)
+                .query(&mut self.nodes[i].raw())
+                .unwrap();
+        }
+    }
+
+    /// A hash tag whose slot is the first that node `i` owns (the slot
+    /// `redis-cli --cluster reshard --cluster-from <i> --cluster-slots 1`
+    /// moves), and that slot.
+    pub fn tag_of_first_slot(&self, i: usize) -> (String, u16) {
+        let want = self.slots_of(i, i)[0];
+        (0u32..)
+            .map(|n| format!("t{n}"))
+            .find(|t| crc16(t.as_bytes()) % 16384 == want)
+            .map(|t| (t, want))
+            .unwrap()
+    }
+
+    /// `redis-cli --cluster reshard` of one slot (the first `from` owns) to
+    /// `to`, through node `via`: what an operator runs. Its output on
+    /// failure.
+    pub fn reshard_one(&self, from: usize, to: usize) -> Result<(), String> {
+        let out = Command::new(redis_cli())
+            .args(["--cluster", "reshard"])
+            .arg(format!("127.0.0.1:{}", self.nodes[from].port))
+            .args(["--cluster-from", &self.id(from)])
+            .args(["--cluster-to", &self.id(to)])
+            .args(["--cluster-slots", "1", "--cluster-yes"])
+            .args(["--cluster-pipeline", "2"])
+            .output()
+            .expect("redis-cli");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() && !text.contains("ERR") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    }
+}
+
+/// CRC16/XMODEM (Redis Cluster's key hash), for choosing test keys.
+pub fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}

@@ -25,22 +25,6 @@ fn name(prefix: &str, k: &str) -> Vec<u8> {
     n
 }
 
-/// `CLUSTER SETSLOT slot IMPORTING` on `to` and `MIGRATING` on `from`: the
-/// slot in migration, where `from` answers `ASK` for the keys it lacks.
-fn start_migration(c: &Cluster, slot: u16, from: usize, to: usize) {
-    let setslot = |on: usize, state: &str, id: String| {
-        let _: () = redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg(state)
-            .arg(id)
-            .query(&mut c.nodes[on].raw())
-            .unwrap();
-    };
-    setslot(to, "IMPORTING", c.id(from));
-    setslot(from, "MIGRATING", c.id(to));
-}
-
 #[test]
 fn a_node_removed_with_del_node_does_not_empty_the_slot_table() {
     let c = Cluster::start(3);
@@ -172,7 +156,7 @@ fn unknown_endpoints_mean_the_node_asked_in_slot_tables_and_redirects() {
     let from = c.owner(0, slot);
     let to = (from + 1) % 3;
     a.put("old".into(), 1, HOUR).unwrap();
-    start_migration(&c, slot, from, to);
+    c.start_migration(slot, from, to);
     a.put("new".into(), 2, HOUR).unwrap();
     assert_eq!(c.keys_on(to, "{ue}:"), ["new"]);
     let b = cache();
@@ -269,7 +253,7 @@ async fn a_stopped_node_behind_a_redirect_holds_up_only_its_own_call() {
     b.put_async("hot".into(), 7, HOUR).await.unwrap();
     let slot = c.slot_of(b"{sn}:");
     let from = c.owner(0, slot);
-    start_migration(&c, slot, from, n);
+    c.start_migration(slot, from, n);
     c.nodes[n].signal("-STOP");
 
     // A miss: `from` answers ASK, to the stopped node, whose link cannot

@@ -82,8 +82,13 @@ fn frozen_server_stops_near_hits_within_the_bound_then_recovers() {
     // (No upper bound on how long that takes is asserted: a slow machine
     // may be slow. The bound itself is tested in coherence.rs.)
     eventually("near hits stop", || a.peek_near(&k).is_none().then_some(()));
+    // A read of the near-held key fails at once (the server is stalled),
+    // and, once the ping is overdue, the connection is closed.
     let e = eventually("calls fail", || a.get(&k).err());
     assert!(e.is_connection(), "{e}");
+    eventually("the connection closes", || {
+        (!a.is_connected()).then_some(())
+    });
     s.signal("-CONT");
     let v = eventually("recovery", || a.get(&k).ok());
     assert_eq!(v, Some(1)); // same server, same data
@@ -309,7 +314,14 @@ fn a_stall_longer_than_the_bound_stops_near_hits_but_keeps_the_connection() {
             .unwrap(),
     );
     c.put("k".into(), 1, HOUR).unwrap();
-    c.put("j".into(), 2, HOUR).unwrap();
+    // Written by another cache: c holds no near copy of it, so its read
+    // during the stall waits for the server (a near-held key's fails fast:
+    // edges.rs).
+    let other = NearCache::<String, u64>::builder(s.url())
+        .prefix("y:")
+        .build()
+        .unwrap();
+    other.put("j".into(), 2, HOUR).unwrap();
     s.signal("-STOP");
     eventually("near hits stop", || {
         c.peek_near(&"k".to_string()).is_none().then_some(())

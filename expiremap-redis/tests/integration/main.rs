@@ -17,5 +17,6 @@ mod expirations;
 mod faults;
 mod hostile_values;
 mod leases;
+mod migration;
 mod tls;
 mod user_code;
