@@ -202,9 +202,10 @@
 //!   reshard's `MIGRATE` of it fail with `BUSYKEY`). Once a `put` or
 //!   `remove` returns `Ok`, every later read in any process sees it or a
 //!   newer write (after `S`), and no load overwrites it, through the
-//!   migration, the reshard that ends it, and a `del-node` after it. (A
-//!   failover keeps what Redis keeps: a write acknowledged by a primary
-//!   that fails before its replica has it is lost by Redis itself.)
+//!   migration, the reshard that ends it, a `del-node` after it, and a
+//!   manual failover (`CLUSTER FAILOVER`). (An unplanned failover keeps
+//!   what Redis keeps: a write acknowledged by a primary that dies before
+//!   its replica has it is lost by Redis itself.)
 //! * Which slot table is taken: an answer that differs from the table in
 //!   use is taken only once a second node answers the same (or no other
 //!   node answers); an empty table never is. So a node removed with

@@ -381,6 +381,28 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Starts one more node, joins it and makes it a replica of node
+    /// `of`; returns its index once it has synced.
+    pub fn add_replica(&mut self, of: usize) -> usize {
+        let i = self.add_node();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("REPLICATE")
+            .arg(self.id(of))
+            .query(&mut self.nodes[i].raw())
+            .expect("CLUSTER REPLICATE");
+        let t0 = Instant::now();
+        while !self
+            .cli(i, &["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(t0.elapsed() < PATIENCE, "the replica did not sync");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        i
+    }
+}
+
 /// CRC16/XMODEM (Redis Cluster's key hash), for choosing test keys.
 pub fn crc16(bytes: &[u8]) -> u16 {
     let mut crc: u16 = 0;

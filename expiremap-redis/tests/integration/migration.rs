@@ -238,7 +238,36 @@ fn stale(r: &Read, writes: &[Write]) -> Option<String> {
 #[test]
 fn a_reshard_under_load_loses_no_acknowledged_write() {
     let (c, prefix, _slot, from, to) = setup();
-    let caches: Vec<Arc<Cache>> = (0..3).map(|_| Arc::new(cache(&c, &prefix))).collect();
+    under_load(&c, &prefix, || c.reshard_one(from, to));
+}
+
+/// The same load through a manual failover (`CLUSTER FAILOVER` on the
+/// replica of the keys' primary: the replica catches up, then takes the
+/// slots, and the old primary becomes its replica).
+#[test]
+fn a_failover_under_load_loses_no_acknowledged_write() {
+    let (mut c, prefix, slot, from, _) = setup();
+    let r = c.add_replica(from);
+    under_load(&c, &prefix, || {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query(&mut c.nodes[r].raw())
+            .map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        while c.owner(r, slot) != r || c.owner(from, slot) != r {
+            if t0.elapsed() > PATIENCE {
+                return Err("the replica did not take the slot".into());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    });
+}
+
+/// Three caches put, remove, read and load the keys under `prefix` while
+/// `change` changes the cluster; then the checks of the acceptance run.
+fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), String>) {
+    let caches: Vec<Arc<Cache>> = (0..3).map(|_| Arc::new(cache(c, prefix))).collect();
     const KEYS: u64 = 24;
     let writes: Arc<Mutex<HashMap<u64, Vec<Write>>>> = Arc::default();
     let reads: Arc<Mutex<Vec<Read>>> = Arc::default();
@@ -319,13 +348,13 @@ fn a_reshard_under_load_loses_no_acknowledged_write() {
         }));
     }
     thread::sleep(Duration::from_millis(500));
-    let resharded = c.reshard_one(from, to);
+    let changed = change();
     thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
     }
-    resharded.expect("the reshard completes");
+    changed.expect("the cluster change completes");
     let mut failures = failures.lock().unwrap().clone();
     let writes = writes.lock().unwrap();
     let reads = reads.lock().unwrap();
