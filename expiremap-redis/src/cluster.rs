@@ -65,7 +65,7 @@
 
 use crate::connect::Config;
 use crate::error::Error;
-use crate::link::Shared;
+use crate::link::{Floor, Shared};
 use crate::op::{Hop, Redirected};
 use crate::reply::Receiver;
 use crate::slots::{Addr, Range, Redirect, SLOTS, SlotsConn, label, slot};
@@ -119,8 +119,10 @@ pub(crate) struct Cluster<K, V> {
     near: Arc<ExpireMap<K, V>>,
     /// The clock of every link.
     clock: SystemClock,
-    /// Read on every call (and on a near hit while some link is stale).
+    /// Read on every call (and on a near hit when `floor` says recount).
     table: RwLock<Table<K, V>>,
+    /// The least `fresh_until` of the links, cached for near hits.
+    floor: Arc<Floor>,
     /// Serializes the linking of new nodes (no connect runs under it: a
     /// link connects on its own thread).
     linking: Mutex<()>,
@@ -188,6 +190,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
                 slots: vec![None; SLOTS],
                 nodes: Vec::new(),
             }),
+            floor: Arc::default(),
             linking: Mutex::new(()),
             table_error: Mutex::new(None),
             closing: AtomicBool::new(false),
@@ -238,7 +241,12 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         }
         let mut cfg = self.base.clone();
         (cfg.host, cfg.port) = addr.clone();
-        let link = Arc::new(Shared::with_clock(Arc::clone(&self.near), cfg, self.clock));
+        let link = Arc::new(Shared::with_clock(
+            Arc::clone(&self.near),
+            cfg,
+            self.clock,
+            Some(Arc::clone(&self.floor)),
+        ));
         let supervisor = link.spawn(None)?;
         let mut t = write(&self.table);
         t.nodes.push(Node {
@@ -246,7 +254,10 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             link: Arc::clone(&link),
             supervisor: Some(supervisor),
         });
-        Ok((t.nodes.len() - 1, link))
+        let i = t.nodes.len() - 1;
+        drop(t);
+        self.floor.lower();
+        Ok((i, link))
     }
 
     /// The table in use, as normalized ranges (see
@@ -306,6 +317,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             }
             (changed, idle)
         };
+        self.floor.lower();
         let deadline = crate::reply::far(Instant::now(), self.base.call_timeout);
         lock(&self.retiring).extend(idle.into_iter().map(|n| (n, deadline)));
         self.retire(false);
@@ -472,11 +484,32 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             .map(|x| Arc::clone(&x.link))
     }
 
-    /// `true` if every node's link is fresh.
+    /// `true` if every node's link is fresh: one atomic load while the
+    /// cached least `fresh_until` of the links allows (see [`Floor`]).
+    #[inline]
     fn all_fresh(&self) -> bool {
         let now = self.clock.now();
-        let t = read(&self.table);
-        !t.nodes.is_empty() && t.nodes.iter().all(|n| n.link.fresh_at(now))
+        now <= self.floor.min.load(Ordering::SeqCst) || self.recount(now)
+    }
+
+    /// Counts the least `fresh_until` of the links again, under the
+    /// table's read lock, and caches it unless a lowering raced the count.
+    #[cold]
+    fn recount(&self, now: u64) -> bool {
+        let lowered = self.floor.lowerings.load(Ordering::SeqCst);
+        let min = {
+            let t = read(&self.table);
+            t.nodes
+                .iter()
+                .map(|n| n.link.fresh_until())
+                .min()
+                .unwrap_or(0)
+        };
+        self.floor.min.store(min, Ordering::SeqCst);
+        if self.floor.lowerings.load(Ordering::SeqCst) != lowered {
+            self.floor.min.store(0, Ordering::SeqCst);
+        }
+        now <= min && min != 0
     }
 }
 
@@ -821,6 +854,7 @@ impl<K, V> Cluster<K, V> {
             let _ = h.join();
         }
         let nodes = std::mem::take(&mut write(&self.table).nodes);
+        self.floor.lower();
         for n in nodes {
             n.stop();
         }

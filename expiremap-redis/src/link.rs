@@ -109,6 +109,26 @@ pub(crate) struct Conn<K, V> {
     last_ping: u64,
 }
 
+/// A cluster's cache of the least `fresh_until` of its links, so that a
+/// near hit reads one atomic instead of every link under the table's lock
+/// (a shared write on every hit). Raised only by
+/// [`Cluster`](crate::cluster)'s recount; lowered to 0 (recount at the next
+/// hit) whenever a link's `fresh_until` drops or the table changes. `lowerings`
+/// counts the lowerings: a recount that raced one does not stand.
+#[derive(Debug, Default)]
+pub(crate) struct Floor {
+    pub(crate) min: AtomicU64,
+    pub(crate) lowerings: AtomicU64,
+}
+
+impl Floor {
+    /// A link's `fresh_until` dropped, or the links changed: recount.
+    pub(crate) fn lower(&self) {
+        self.lowerings.fetch_add(1, Ordering::SeqCst);
+        self.min.store(0, Ordering::SeqCst);
+    }
+}
+
 /// What the cache handle, the reader and the supervisor share.
 pub(crate) struct Shared<K, V> {
     /// The near map (one per cache, shared by the links to the nodes of
@@ -118,6 +138,9 @@ pub(crate) struct Shared<K, V> {
     pub(crate) cfg: Config,
     /// Near copies may be served while `clock.now() <= fresh_until`.
     fresh_until: AtomicU64,
+    /// A cluster's cached least `fresh_until` of its links, lowered
+    /// whenever this link's drops (see [`Floor`]).
+    floor: Option<Arc<Floor>>,
     /// When the ping in flight was sent (0: none), for a reader of
     /// [`stalled`](Self::stalled) without the link's mutex.
     ping_out: AtomicU64,
@@ -191,17 +214,23 @@ where
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     pub(crate) fn new(near: Arc<ExpireMap<K, V>>, cfg: Config) -> Self {
-        Self::with_clock(near, cfg, SystemClock::new())
+        Self::with_clock(near, cfg, SystemClock::new(), None)
     }
 
     /// With the clock of the cache's other links (a cluster compares their
-    /// freshness at one reading of it).
-    pub(crate) fn with_clock(near: Arc<ExpireMap<K, V>>, cfg: Config, clock: SystemClock) -> Self {
+    /// freshness at one reading of it) and their [`Floor`].
+    pub(crate) fn with_clock(
+        near: Arc<ExpireMap<K, V>>,
+        cfg: Config,
+        clock: SystemClock,
+        floor: Option<Arc<Floor>>,
+    ) -> Self {
         Shared {
             near,
             clock,
             cfg,
             fresh_until: AtomicU64::new(0),
+            floor,
             ping_out: AtomicU64::new(0),
             link: Mutex::new(None),
             closing: AtomicBool::new(false),
@@ -280,6 +309,18 @@ where
     #[inline]
     pub(crate) fn fresh(&self) -> bool {
         self.fresh_at(self.clock.now())
+    }
+
+    /// Until when near copies may be served (see
+    /// [`fresh_at`](Self::fresh_at)).
+    pub(crate) fn fresh_until(&self) -> u64 {
+        self.fresh_until.load(Ordering::Acquire)
+    }
+
+    fn lower_floor(&self) {
+        if let Some(f) = &self.floor {
+            f.lower();
+        }
     }
 
     /// [`fresh`](Self::fresh) at `now`, a reading of this link's clock.
@@ -594,6 +635,7 @@ where
     /// After the reader's last message: the connection is lost.
     fn reader_ended(&self) {
         self.fresh_until.store(0, Ordering::Release);
+        self.lower_floor();
         self.ping_out.store(0, Ordering::Release);
         let conn = self.link().take();
         if let Some(conn) = conn {
@@ -705,6 +747,7 @@ where
             Ok(h) => Ok(h),
             Err(e) => {
                 self.fresh_until.store(0, Ordering::Release);
+                self.lower_floor();
                 *self.link() = None;
                 Err(Error::io(e))
             }
