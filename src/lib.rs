@@ -267,7 +267,8 @@
 //! [`ExpireMap::stats`] is always there. Two cargo features, both off by
 //! default, feed a service's dashboards and traces:
 //!
-//! **`metrics`**: `Builder::metrics(name)` publishes
+//! **`metrics`**: `Builder::metrics(name)` (which, like
+//! `ExpireMap::publish_metrics`, exists only with the feature) publishes
 //! the map's counters through the [`metrics`](https://docs.rs/metrics)
 //! facade (so any exporter works), labelled `cache="name"`. The names
 //! follow Micrometer's cache binder as its Prometheus registry renders

@@ -3,7 +3,7 @@
 //!
 //! # Ground rules
 //!
-//! * **Nothing on `get` or `put`.** The series are published from the
+//! * **Nothing published from `get` or `put`.** The series come from the
 //!   counters the map keeps anyway ([`Stats`](super::Stats), each shard's
 //!   `puts`, `len`, the weighted size): by the eviction thread at least
 //!   once a second, when the last handle is dropped, and on
@@ -76,8 +76,10 @@ impl LoadKind {
 
 /// Watches one run of a loader: started before `init` runs, ended with its
 /// outcome ([`end`](Self::end)); dropped without an end (`init` panicked,
-/// or its future was dropped), it records a failure. Without the
-/// features it is empty and every method does nothing.
+/// or its future was dropped), it records a failure, so the recorder and
+/// the subscriber also run while `init`'s panic unwinds (a panic of theirs
+/// then aborts, as any panic in a `Drop` during unwinding does). Without
+/// the features it is empty and every method does nothing.
 pub(super) struct LoadWatch<'a> {
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     clock: &'a Time,
