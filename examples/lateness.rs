@@ -112,6 +112,24 @@ fn main() {
         pct(0.99),
         late[late.len() - 1] as f64 / 1e6
     );
+    // For the charts (`benches/charts.sh run`): the distribution.
+    if let Some(dir) = std::env::var_os("BENCH_CSV_DIR") {
+        use std::io::Write;
+        let path = std::path::Path::new(&dir).join("lateness.csv");
+        let new = !path.exists();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("BENCH_CSV_DIR/lateness.csv");
+        if new {
+            writeln!(f, "shards,percentile,ms").unwrap();
+        }
+        let label = shards.map_or_else(|| "default".to_string(), |n| n.to_string());
+        for p in [10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 100.0] {
+            writeln!(f, "{label},{p},{:.3}", pct(p / 100.0)).unwrap();
+        }
+    }
     println!("  map after: len {}, {:?}", map.len(), map.stats());
     println!(
         "  a 1 ms sleep on another thread overslept by at most {:.1} ms (woke at {:.0} ms)",

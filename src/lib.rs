@@ -262,6 +262,58 @@
 //! (`cargo run --release --example memory -- 1000000 bounded`). A weighted
 //! map adds 8 bytes per entry for the weights.
 //!
+//! # Monitoring
+//!
+//! [`ExpireMap::stats`] is always there. Two cargo features, both off by
+//! default, feed a service's dashboards and traces:
+//!
+//! **`metrics`**: `Builder::metrics(name)` (which, like
+//! `ExpireMap::publish_metrics`, exists only with the feature) publishes
+//! the map's counters through the [`metrics`](https://docs.rs/metrics)
+//! facade (so any exporter works), labelled `cache="name"`. The names
+//! follow Micrometer's cache binder as its Prometheus registry renders
+//! them, so dashboards built for Caffeine read them unchanged; the last
+//! five are expiremap's own:
+//!
+//! | series | kind | what |
+//! | --- | --- | --- |
+//! | `cache_gets_total{result="hit"\|"miss"}` | counter | reads that found a live value, and those that did not ([`Stats::hits`], [`Stats::misses`]) |
+//! | `cache_puts_total` | counter | values written by `put` and its kin, a load's or reload's store included |
+//! | `cache_evictions_total{cause="expired"\|"size"\|"removed"}` | counter | values evicted for their deadline ([`Stats::evicted`]), pushed out or refused by the bound ([`Stats::size_evicted`]), removed by `remove`, `clear`, `retain` or an `update` |
+//! | `cache_size` | gauge | [`len`](ExpireMap::len) |
+//! | `cache_load_duration_seconds{result="success"\|"failure"}` | summary (`_sum`, `_count`; a histogram if the exporter is set so) | how long each loader ran (loads, reloads, bulk loads); `failure`: it returned an error or `None`, panicked, or its future was dropped |
+//! | `cache_weighted_size` | gauge | [`weighted_size`](ExpireMap::weighted_size) |
+//! | `cache_eviction_lateness_max_seconds` | gauge | [`Stats::max_lateness`] |
+//! | `cache_reloads_total` | counter | refresh-ahead reloads started ([`Stats::refreshes`]) |
+//! | `cache_reload_failures_total` | counter | reloads that failed ([`Stats::refresh_failures`]) |
+//! | `cache_events_lost_total` | counter | events subscribers lost by falling a ring behind ([`Stats::events_lost`]) |
+//!
+//! The hit ratio over five minutes, in PromQL:
+//!
+//! ```text
+//! sum(rate(cache_gets_total{result="hit",cache="users"}[5m]))
+//!   / sum(rate(cache_gets_total{cache="users"}[5m]))
+//! ```
+//!
+//! Nothing is published from `get` or `put`: the series come from counts
+//! the map keeps anyway (a name turns on
+//! [`record_stats`](Builder::record_stats) for the hits and misses; a
+//! put adds one to its shard's count under the lock it holds), published
+//! by the eviction thread at least once a second, by the last handle's
+//! drop, and by `ExpireMap::publish_metrics` (for a scrape that must be
+//! current, or a map without the thread). Counters are published as the
+//! running totals (`absolute`), so a publication missed costs nothing.
+//! Loads are the exception: a loader's duration is recorded when it
+//! returns (two clock reads around it, only in a map with a name). No lock
+//! of the map is held while the recorder runs. `examples/metrics.rs`
+//! prints a Prometheus scrape
+//! (`cargo run --release --features metrics --example metrics`).
+//!
+//! **`tracing`**: a `debug` span `expiremap.load` around each run of a
+//! loader (`kind` = `load`, `reload` or `bulk`, `key_hash` or `keys`,
+//! `outcome`, `duration_us`), and a `warn` event inside it when the
+//! loader fails. Nothing on the hit paths.
+//!
 //! # User code and locks
 //!
 //! Keys are hashed before any lock is taken. While a shard lock is held the

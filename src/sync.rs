@@ -287,6 +287,6 @@ pub(crate) use imp::*;
 /// protocol relies on for its correctness: today only the graph of waits
 /// that turns a cycle of single-flight waits into a panic (`map::load`).
 pub(crate) mod unmodeled {
-    pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 }

@@ -255,6 +255,11 @@ fn main() {
                 hit * 100.0,
                 rate
             );
+            expiremap_benches::csv_row(
+                "hit_ratio.csv",
+                "trace,cache,hit_ratio_pct",
+                &format!("{},{},{:.2}", t.name, c.name(), hit * 100.0),
+            );
             row.push((c.name(), hit, rate));
         }
         summary.push((t.name, row));

@@ -122,6 +122,13 @@ fn count_gets(gets: u64) {
     if std::env::var_os("LOOKUP_LOOP_STATS").is_some() {
         builder = builder.record_stats(true);
     }
+    // LOOKUP_LOOP_METRICS (built with `--features metrics`): a map with a
+    // metrics name, which turns `record_stats` on and counts puts (no
+    // recorder installed: the thread's publications go nowhere).
+    #[cfg(feature = "metrics")]
+    if std::env::var_os("LOOKUP_LOOP_METRICS").is_some() {
+        builder = builder.metrics("lookup_loop");
+    }
     // LOOKUP_LOOP_EXPIRY: a map with an `Expiry` policy (which a get
     // never runs).
     if std::env::var_os("LOOKUP_LOOP_EXPIRY").is_some() {

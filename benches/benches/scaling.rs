@@ -363,6 +363,11 @@ fn run<S: Subject>(works: &[Work], counts: &[usize], secs: f64, keys: &[Vec<Arc<
         for &threads in counts {
             let mops = cell(&map, work, threads, secs, draws);
             row += &format!(" {mops:.2} |");
+            expiremap_benches::csv_row(
+                "scaling.csv",
+                "workload,library,threads,mops",
+                &format!("{},{},{threads},{mops:.2}", work.name(), S::NAME),
+            );
         }
         if matches!(work, Work::Churn | Work::Bounded) {
             row += &format!(" {:.2} M held |", map.held() as f64 / 1e6);

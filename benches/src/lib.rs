@@ -48,3 +48,24 @@ pub fn machine() -> (usize, String) {
         .unwrap_or_else(|| "unknown CPU".into());
     (cores, cpu)
 }
+
+/// Appends `row` to the file `name` in the folder `$BENCH_CSV_DIR`, when
+/// that variable is set (writing `header` first into a new file): what
+/// `src/bin/charts.rs` draws from. `benches/charts.sh run` sets it.
+pub fn csv_row(name: &str, header: &str, row: &str) {
+    use std::io::Write;
+    let Some(dir) = std::env::var_os("BENCH_CSV_DIR") else {
+        return;
+    };
+    let path = std::path::Path::new(&dir).join(name);
+    let new = !path.exists();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if new {
+        writeln!(f, "{header}").expect("write");
+    }
+    writeln!(f, "{row}").expect("write");
+}

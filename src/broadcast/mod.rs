@@ -493,6 +493,12 @@ impl<T: Send + Sync> Sender<T> {
         self.inner.receiver_count()
     }
 
+    /// Messages that receivers lost to lags, counted as each reports its
+    /// `Lagged(n)` (a lag not yet reported is not counted).
+    pub fn lost(&self) -> u64 {
+        self.inner.lost_total()
+    }
+
     /// The number of messages the ring holds.
     pub fn capacity(&self) -> usize {
         self.inner.capacity()

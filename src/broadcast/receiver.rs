@@ -223,6 +223,7 @@ impl<T> Receiver<T> {
         }
         let (mut active, lag) = self.resume();
         if lag > 0 {
+            active.rx.inner.lost(lag);
             active.release();
             return Err(TryRecvError::Lagged(lag));
         }

@@ -130,6 +130,10 @@ pub(super) struct Inner<T> {
     senders: AtomicUsize,
     /// Live `Receiver`s.
     receivers: AtomicUsize,
+    /// Messages receivers lost to lags, added by each receiver as it
+    /// reports its lag (a statistic, not part of any protocol: a plain
+    /// atomic even under loom, so the models have no more steps).
+    lost: crate::sync::unmodeled::AtomicU64,
     /// Who is asleep: parked threads (on `wake`) and the wakers of async
     /// receives. std's futex lock, not parking_lot's, so Miri's
     /// strict-provenance mode can check the blocking paths (see
@@ -254,9 +258,21 @@ impl<T> Inner<T> {
             probe: AtomicUsize::new(0),
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(0),
+            lost: crate::sync::unmodeled::AtomicU64::new(0),
             lock: Mutex::new(Sleepers::new(max_readers)),
             wake: Condvar::new(),
         }
+    }
+
+    /// Counts `n` messages a receiver lost to a lag.
+    pub(super) fn lost(&self, n: u64) {
+        self.lost
+            .fetch_add(n, crate::sync::unmodeled::Ordering::Relaxed);
+    }
+
+    /// Messages lost to lags so far, as the receivers reported them.
+    pub(super) fn lost_total(&self) -> u64 {
+        self.lost.load(crate::sync::unmodeled::Ordering::Relaxed)
     }
 
     pub(super) fn capacity(&self) -> usize {

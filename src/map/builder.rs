@@ -46,6 +46,9 @@ pub(crate) struct Config {
     pub(crate) time_to_live: Duration,
     /// Refresh ahead: a loading call reloads a value older than this (ns).
     pub(crate) refresh: Option<u64>,
+    /// The `cache` label of the published metrics, if any.
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: Option<metrics::SharedString>,
 }
 
 /// Weighs an entry for [`Builder::max_weight`]; runs outside every lock.
@@ -91,6 +94,8 @@ pub struct Builder<K, V, S = ahash::RandomState> {
     expiry: Option<Arc<dyn Expiry<K, V>>>,
     refresh_after: Option<Duration>,
     spawner: Option<Spawner>,
+    #[cfg(feature = "metrics")]
+    metrics: Option<metrics::SharedString>,
     _marker: PhantomData<fn(K, V)>,
 }
 
@@ -116,6 +121,8 @@ impl<K, V> Builder<K, V> {
             expiry: None,
             refresh_after: None,
             spawner: None,
+            #[cfg(feature = "metrics")]
+            metrics: None,
             _marker: PhantomData,
         }
     }
@@ -195,6 +202,8 @@ impl<K, V, S> Builder<K, V, S> {
             expiry: self.expiry,
             refresh_after: self.refresh_after,
             spawner: self.spawner,
+            #[cfg(feature = "metrics")]
+            metrics: self.metrics,
             _marker: PhantomData,
         }
     }
@@ -494,6 +503,35 @@ impl<K, V, S> Builder<K, V, S> {
         self
     }
 
+    /// Publishes the map's counters through the [`metrics`] facade, with
+    /// `name` as their `cache` label (feature `metrics`). Turns on
+    /// [`record_stats`](Self::record_stats): hits and misses are series.
+    ///
+    /// The series (see "Monitoring" in the crate docs) are published from
+    /// counters the map keeps, never from `get` or `put`: by the eviction
+    /// thread at least once a second (it then wakes once a second even
+    /// when the map is idle), when the last handle is dropped, and on
+    /// [`ExpireMap::publish_metrics`]. A map without the thread
+    /// ([`background_eviction(false)`](Self::background_eviction))
+    /// publishes only on the last two. Loads are timed (two clock reads
+    /// around the loader) only in a map with a metrics name.
+    ///
+    /// ```
+    /// use expiremap::ExpireMap;
+    /// use std::time::Duration;
+    ///
+    /// let users = ExpireMap::<u64, String>::builder().metrics("users").build();
+    /// users.put(7, "ada".to_string(), Duration::from_secs(60));
+    /// assert_eq!(users.get(&7).as_deref(), Some("ada")); // a hit
+    /// users.publish_metrics(); // to the recorder installed, if any
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics(mut self, name: impl Into<metrics::SharedString>) -> Self {
+        self.metrics = Some(name.into());
+        self
+    }
+
     fn config(&self) -> Result<Config, BuildError> {
         let mut shards = match self.shards {
             Some(n) => n,
@@ -566,7 +604,13 @@ impl<K, V, S> Builder<K, V, S> {
             background_eviction: self.background_eviction,
             bound,
             idle,
+            // Hits and misses are series of the metrics.
+            #[cfg(feature = "metrics")]
+            record_stats: self.record_stats || self.metrics.is_some(),
+            #[cfg(not(feature = "metrics"))]
             record_stats: self.record_stats,
+            #[cfg(feature = "metrics")]
+            metrics: self.metrics.clone(),
         })
     }
 }
@@ -609,8 +653,8 @@ where
 
 impl<K, V, S> fmt::Debug for Builder<K, V, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
-            .field("shards", &self.shards)
+        let mut d = f.debug_struct("Builder");
+        d.field("shards", &self.shards)
             .field("eviction_interval", &self.interval)
             .field("precision", &self.precision)
             .field("event_capacity", &self.event_capacity)
@@ -626,7 +670,9 @@ impl<K, V, S> fmt::Debug for Builder<K, V, S> {
             .field("refresh_spawner", &self.spawner.is_some())
             .field("time_to_idle", &self.idle)
             .field("time_to_live", &self.time_to_live)
-            .field("record_stats", &self.record_stats)
-            .finish_non_exhaustive()
+            .field("record_stats", &self.record_stats);
+        #[cfg(feature = "metrics")]
+        d.field("metrics", &self.metrics);
+        d.finish_non_exhaustive()
     }
 }

@@ -40,6 +40,7 @@
 
 use super::expiry::Ttl;
 use super::flight::{self, Ended, Flight, FlightGuard, Kind};
+use super::monitor::LoadKind;
 use super::shard::{Home, Shard};
 use super::{ExpireMap, Inner};
 use crate::sync::{Arc, RwLock, unmodeled};
@@ -302,7 +303,9 @@ where
             if !pass.own.is_empty() {
                 let load = load.take().expect("a call registers loads only once");
                 let asked = Self::asked(keys, &wanted, &pass.own);
-                let r = load(&asked);
+                let watch = self.inner.load_watch(LoadKind::Bulk, 0, asked.len());
+                let r = watch.run(|| load(&asked));
+                watch.end(r.is_ok());
                 self.end_many(&mut wanted, asked, ttl, r, pass.own)?;
             }
             if pass.waits.is_empty() {
@@ -406,7 +409,10 @@ where
                 // stored) with the thread marked as running these loads.
                 let flights: Vec<_> = pass.own.iter().map(|(_, g)| g.flight.clone()).collect();
                 let flights: Vec<&Flight<K, V>> = flights.iter().map(|f| &**f).collect();
-                let r = flight::acting_for(&flights, async { load(&asked).await }).await;
+                let watch = self.inner.load_watch(LoadKind::Bulk, 0, asked.len());
+                let r = flight::acting_for(&flights, async { load(&asked).await });
+                let r = watch.run_async(r).await;
+                watch.end(r.is_ok());
                 let _acting: Vec<_> = flights.iter().map(|f| f.acting()).collect();
                 self.end_many(&mut wanted, asked, ttl, r, pass.own)?;
             }

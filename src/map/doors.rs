@@ -59,6 +59,16 @@ where
         sender.subscribe()
     }
 
+    /// Events subscribers lost to lags so far (see [`Stats::events_lost`](super::Stats::events_lost)).
+    pub(super) fn lost(&self) -> u64 {
+        if !self.created.load(Ordering::Acquire) {
+            return 0;
+        }
+        sync::read_recursive(&self.sender)
+            .as_ref()
+            .map_or(0, |s| s.lost())
+    }
+
     /// A sender to publish with, if an event published now would reach
     /// someone. It is a clone, so no lock is held while sending: `send` may
     /// drop old events (user `Drop`), which may drop the last map handle,
@@ -269,8 +279,10 @@ where
             _ => self.config.publish_removals,
         };
         let mut batch = Vec::with_capacity(if sender.is_some() { EVICT_BATCH } else { 0 });
+        let mut removed = 0;
         shard.drain(|e| {
             let expired = now > e.deadline;
+            removed += u64::from(!expired && live == Cause::Removed);
             match &sender {
                 Some(sender) if expired || publish_live => {
                     let cause = if expired { Cause::Expired } else { live };
@@ -287,6 +299,7 @@ where
         if let Some(sender) = sender {
             panics.run(|| sender.send_batch(batch));
         }
+        self.count_removed(removed);
     }
 
     /// Runs once, when the map is dropped (after the thread has stopped, or
@@ -295,6 +308,10 @@ where
     /// `Closed`. A panicking `Drop` on the way stops nothing; the first is
     /// resumed at the end (dropped instead on a thread already unwinding).
     pub(super) fn shutdown(&self) {
+        // The last publication, with the counts as the map leaves them
+        // (the thread, if any, has stopped).
+        #[cfg(feature = "metrics")]
+        self.publish();
         let mut panics = Panics::new();
         for shard in self.shards.iter() {
             let (taken, now) = self.take_all(shard);

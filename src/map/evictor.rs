@@ -111,6 +111,10 @@ pub(crate) enum Wake {
     Due,
     /// The map is shutting down.
     Shutdown,
+    /// The time to publish the metrics came before the planned pass (see
+    /// [`Signal::wait`]'s `publish_at`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    Publish,
 }
 
 impl Signal {
@@ -175,12 +179,16 @@ impl Signal {
     /// pass) and publishes it, without a new plan: a plan reads every
     /// shard, and with many shards a plan redone on every kick could starve
     /// the passes while writers keep kicking. `now` reads the clock;
-    /// `real_time` says whether timed waits are real.
+    /// `real_time` says whether timed waits are real. `publish_at`: the
+    /// time (clock ns) to return [`Wake::Publish`] if no pass is due by
+    /// then (the metrics' deadline; `None` without metrics): it caps the
+    /// wait, and never brings a pass forward.
     pub(crate) fn wait(
         &self,
         mut target: Option<u64>,
         floor: u64,
         real_time: bool,
+        publish_at: Option<u64>,
         now: impl Fn() -> u64,
     ) -> Wake {
         let mut st = self.state.lock();
@@ -196,14 +204,22 @@ impl Signal {
                 target = Some(earlier);
                 self.planned.store(earlier, Ordering::SeqCst);
             }
-            match target {
-                Some(target) => {
+            // Until the pass, or until the metrics are due if sooner.
+            let until = match (target, publish_at) {
+                (Some(t), Some(p)) => Some(t.min(p)),
+                (t, p) => t.or(p),
+            };
+            match until {
+                Some(until) => {
                     let t = now();
-                    if t >= target {
+                    if target.is_some_and(|target| t >= target) {
                         return Wake::Due;
                     }
+                    if t >= until {
+                        return Wake::Publish;
+                    }
                     if real_time {
-                        self.cv.wait_for(&mut st, Duration::from_nanos(target - t));
+                        self.cv.wait_for(&mut st, Duration::from_nanos(until - t));
                     } else {
                         self.cv.wait(&mut st);
                     }
@@ -387,13 +403,30 @@ where
         let signal = &*self.signal;
         let real_time = self.clock.clock().is_real_time() && sync::TIMED_WAITS;
         let mut last_pass: Option<u64> = None;
+        // With metrics: when to publish next (at least once a second).
+        #[cfg(feature = "metrics")]
+        // The first is due a second after the map was built, however late
+        // the thread starts.
+        let mut publish_at = self
+            .metrics
+            .as_ref()
+            .map(|m| m.built.saturating_add(super::monitor::PUBLISH_EVERY));
+        #[cfg(not(feature = "metrics"))]
+        let publish_at = None;
         loop {
             signal.begin_plan();
             let floor = last_pass.map_or(0, |last| last.saturating_add(self.config.interval));
             let target = self.next_wakeup().map(|t| t.max(floor));
-            match signal.wait(target, floor, real_time, || self.clock.now()) {
+            match signal.wait(target, floor, real_time, publish_at, || self.clock.now()) {
                 Wake::Shutdown => return,
                 Wake::Due => {}
+                Wake::Publish => {
+                    // No pass: the plan is made again, with `last_pass`
+                    // (so the least interval) unchanged.
+                    #[cfg(feature = "metrics")]
+                    self.publish_now(&mut publish_at);
+                    continue;
+                }
             }
             // When the pass starts: each batch reads the time again under
             // its lock, never earlier than this.
@@ -407,6 +440,24 @@ where
             if signal.is_stopping() {
                 return;
             }
+            // Passes every few ms would keep `Publish` from ever waking it.
+            #[cfg(feature = "metrics")]
+            if publish_at.is_some_and(|p| self.clock.now() >= p) {
+                self.publish_now(&mut publish_at);
+            }
         }
+    }
+
+    /// The thread's publication of the metrics: the recorder is user code,
+    /// so a panic in it is caught (the thread goes on); the next is due
+    /// [`PUBLISH_EVERY`](super::monitor::PUBLISH_EVERY) from now.
+    #[cfg(feature = "metrics")]
+    fn publish_now(&self, publish_at: &mut Option<u64>) {
+        let _ = catch_unwind(AssertUnwindSafe(|| self.publish()));
+        *publish_at = Some(
+            self.clock
+                .now()
+                .saturating_add(super::monitor::PUBLISH_EVERY),
+        );
     }
 }

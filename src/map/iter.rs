@@ -29,7 +29,7 @@
 
 use super::ExpireMap;
 use super::flight;
-use super::shard::Removed;
+use super::shard::{Door, Removed};
 use crate::unwind::{Panic, Panics, clone_pair, resume_after_unlock};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -401,6 +401,8 @@ where
                 guard.changes.unwatch_and_trim();
                 now
             };
+            let removed = out.iter().filter(|r| r.door == Door::Removed).count();
+            inner.count_removed(removed as u64);
             for gone in out {
                 panics.run(|| inner.leave(gone, now));
             }

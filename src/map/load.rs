@@ -5,6 +5,7 @@
 
 use super::expiry::Ttl;
 use super::flight::{self, Flight};
+use super::monitor::LoadKind;
 use super::shard::Shard;
 use super::{ExpireMap, PutIf};
 use crate::sync::{Arc, RwLock};
@@ -248,6 +249,9 @@ where
                     (shard.remove(hash, &key, now), now)
                 };
                 if let Some(r) = removed {
+                    if r.door == super::shard::Door::Removed {
+                        inner.count_removed(1);
+                    }
                     inner.leave(r, now);
                 }
                 None
@@ -412,7 +416,9 @@ where
         };
         drop(spare);
         let mut guard = flight::FlightGuard::new(flight, self.inner.shard(hash));
-        let r = init();
+        let watch = self.inner.load_watch(LoadKind::Load, hash, 1);
+        let r = watch.run(init);
+        watch.end(r.is_ok());
         self.end_load(key, ttl, r, &mut guard)
     }
 
@@ -540,26 +546,31 @@ where
         // Dropped with the future if it is cancelled: the load ends with no
         // value, and a waiter takes it over.
         let mut guard = flight::FlightGuard::new(flight, self.inner.shard(hash));
-        self.run_async_load(key, ttl, init, &mut guard).await
+        self.run_async_load(key, ttl, init, &mut guard, LoadKind::Load)
+            .await
     }
 
     /// Awaits an async load's `init` and ends the load with its outcome
     /// ([`end_load`](Self::end_load)), the thread polling `init` and the
     /// one storing marked as running the load's user code
-    /// ([`Flight::acting`](flight::Flight::acting)).
+    /// ([`Flight::acting`](flight::Flight::acting)), and watched as a
+    /// load of `kind`.
     pub(super) async fn run_async_load<F, E>(
         &self,
         key: K,
         ttl: Ttl,
         init: F,
         guard: &mut flight::FlightGuard<'_, K, V>,
+        kind: LoadKind,
     ) -> Result<V, E>
     where
         F: Future<Output = Result<V, E>>,
         E: Clone + Send + Sync + 'static,
     {
         let flight = guard.flight.clone();
-        let r = flight::acting_for(&[&*flight], init).await;
+        let watch = self.inner.load_watch(kind, flight.hash, 1);
+        let r = watch.run_async(flight::acting_for(&[&*flight], init)).await;
+        watch.end(r.is_ok());
         let _acting = flight.acting();
         self.end_load(key, ttl, r, guard)
     }

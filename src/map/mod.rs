@@ -46,6 +46,7 @@
 //! | `shard` | one shard: table + slab + timer lists + bound, plain `&mut` code | `table`, `policy`, `crate::timer` |
 //! | `table`, `policy` | the hash table of slab indices; the bound's admission and victims | nothing of the map's |
 //! | `builder`, `event`, `stats` | the public builder, events and counters | |
+//! | `monitor` | the `metrics` and `tracing` features: publishing the counters, watching loads | `stats`, `Time` |
 //!
 //! The clock adapter the map reads time through is `crate::clock::Time`.
 
@@ -59,6 +60,7 @@ mod flight;
 mod get_with;
 mod iter;
 mod load;
+mod monitor;
 mod policy;
 mod read;
 mod refresh;
@@ -209,6 +211,10 @@ struct Inner<K, V, S> {
     /// Reloads started, and those that failed (`refresh`).
     refreshes: AtomicU64,
     refresh_failures: AtomicU64,
+    /// The metrics name and the counts only metrics need
+    /// ([`Builder::metrics`]).
+    #[cfg(feature = "metrics")]
+    metrics: Option<monitor::Metrics>,
     /// `Inner::shutdown`, captured where the trait bounds hold, so that the
     /// bound-free `Drop` can call it.
     finish: fn(&Inner<K, V, S>),
@@ -287,6 +293,8 @@ where
             .record_stats
             .then(|| stats::Reads::new(2 * sync::available_parallelism()));
         let read_extras = reads.is_some() || config.idle.is_some();
+        #[cfg(feature = "metrics")]
+        let metrics_name = config.metrics.clone();
         let inner = Arc::new(Inner {
             shards,
             hasher,
@@ -312,6 +320,8 @@ where
             spawner,
             refreshes: AtomicU64::new(0),
             refresh_failures: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            metrics: metrics_name.map(|name| monitor::Metrics::new(name, now)),
             finish: Inner::shutdown,
         });
         let mut owner = doors::Owner::new(inner.clone());
@@ -437,6 +447,12 @@ where
             let removed = shard.remove(hash, key, now);
             (removed, now, inner.take_due(&mut shard, now))
         };
+        if removed
+            .as_ref()
+            .is_some_and(|r| r.door == shard::Door::Removed)
+        {
+            inner.count_removed(1);
+        }
         let removed = removed.and_then(|r| inner.leave(r, now));
         inner.leave_due(due);
         removed
@@ -568,11 +584,7 @@ where
     /// for one counted in a later shard).
     #[doc(alias = "entry_count")]
     pub fn len(&self) -> usize {
-        let n: usize = self.inner.shards.iter().map(|s| s.read().len()).sum();
-        match (&self.inner.budget, &self.inner.weigher) {
-            (Some(b), None) => n.min(usize::try_from(b.cap).unwrap_or(usize::MAX)),
-            _ => n,
-        }
+        self.inner.len()
     }
 
     /// What the entries held weigh: the sum of their
@@ -592,14 +604,7 @@ where
     /// assert_eq!(map.weighted_size(), 4 << 20);
     /// ```
     pub fn weighted_size(&self) -> u64 {
-        let inner = &*self.inner;
-        let Some(budget) = &inner.budget else {
-            return self.len() as u64;
-        };
-        // Read one shard after another: the sum may pass the bound (even
-        // `u64::MAX`) while entries come and go.
-        let held = inner.shards.iter().map(|s| s.read().weight());
-        held.fold(0, u64::saturating_add).min(budget.cap)
+        self.inner.weighted_size()
     }
 
     /// `true` if no entry is held (see [`len`](Self::len)).
@@ -634,6 +639,19 @@ where
             .subscribe(cfg.event_capacity, cfg.max_subscribers)
             .map(Subscriber::new)
     }
+
+    /// Publishes every series of [`Builder::metrics`] now (feature
+    /// `metrics`; nothing if the map has no metrics name), to the recorder
+    /// in force on this thread: one set with
+    /// `metrics::with_local_recorder`, else the global one. The eviction
+    /// thread publishes at least once a second and the last handle's drop
+    /// once more; call this for a scrape that must be current, or to
+    /// publish from a map without the thread.
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn publish_metrics(&self) {
+        self.inner.publish();
+    }
 }
 
 impl<K, V, S> Inner<K, V, S>
@@ -642,6 +660,36 @@ where
     V: Clone + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
+    /// [`ExpireMap::len`].
+    fn len(&self) -> usize {
+        let n: usize = self.shards.iter().map(|s| s.read().len()).sum();
+        match (&self.budget, &self.weigher) {
+            (Some(b), None) => n.min(usize::try_from(b.cap).unwrap_or(usize::MAX)),
+            _ => n,
+        }
+    }
+
+    /// [`ExpireMap::weighted_size`].
+    fn weighted_size(&self) -> u64 {
+        let Some(budget) = &self.budget else {
+            return self.len() as u64;
+        };
+        // Read one shard after another: the sum may pass the bound (even
+        // `u64::MAX`) while entries come and go.
+        let held = self.shards.iter().map(|s| s.read().weight());
+        held.fold(0, u64::saturating_add).min(budget.cap)
+    }
+
+    /// Counts a value that left by the `Removed` door, for the metrics.
+    #[inline]
+    #[allow(unused_variables)] // without the `metrics` feature nothing is counted
+    fn count_removed(&self, n: u64) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.removed.fetch_add(n, sync::Ordering::Relaxed);
+        }
+    }
+
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Shard<K, V>> {
         &self.shards[self.shard_index(hash)]

@@ -31,6 +31,7 @@
 
 use super::expiry::Ttl;
 use super::flight::{self, FlightGuard};
+use super::monitor::LoadKind;
 use super::{ExpireMap, Inner};
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::borrow::Borrow;
@@ -232,7 +233,9 @@ where
             count: &self.inner.refresh_failures,
             ok: false,
         };
-        let r = init();
+        let watch = self.inner.load_watch(LoadKind::Reload, hash, 1);
+        let r = watch.run(init);
+        watch.end(r.is_ok());
         failure.ok = self.end_load(key, ttl, r, &mut guard).is_ok();
     }
 
@@ -251,7 +254,8 @@ where
             count: &self.inner.refresh_failures,
             ok: false,
         };
-        failure.ok = (self.run_async_load(key, ttl, init, &mut guard).await).is_ok();
+        let r = self.run_async_load(key, ttl, init, &mut guard, LoadKind::Reload);
+        failure.ok = r.await.is_ok();
     }
 
     /// Reloads `key` on the map's spawner if it has one (the call returns
@@ -302,7 +306,8 @@ where
                 count: &map.inner.refresh_failures,
                 ok: false,
             };
-            failure.ok = (map.run_async_load(key, ttl, init, &mut guard).await).is_ok();
+            let r = map.run_async_load(key, ttl, init, &mut guard, LoadKind::Reload);
+            failure.ok = r.await.is_ok();
         }));
         None
     }

@@ -142,7 +142,8 @@ pub struct Stats {
     pub evicted_by_writers: u64,
     /// Eviction passes made by the background thread.
     pub passes: u64,
-    /// Times the background thread woke from a wait. An idle map adds none.
+    /// Times the background thread woke from a wait. An idle map adds none
+    /// (one a second with `Builder::metrics`, to publish).
     pub wakeups: u64,
     /// Reloads started by refresh ahead
     /// ([`Builder::refresh_after`](super::Builder::refresh_after)).
@@ -151,6 +152,10 @@ pub struct Stats {
     /// panicked, or was dropped before it ended. The value they would have
     /// replaced stays.
     pub refresh_failures: u64,
+    /// Events that subscribers lost because they fell more than the ring's
+    /// capacity behind: the sum of the `n` of every `Lagged(n)` they were
+    /// handed (a lag is counted when its subscriber next receives).
+    pub events_lost: u64,
 }
 
 impl<K, V, S> super::ExpireMap<K, V, S>
@@ -176,19 +181,32 @@ where
     /// assert_eq!((s.hits, s.misses), (2, 2));
     /// ```
     pub fn stats(&self) -> Stats {
-        let s = &self.inner.signal;
-        let (hits, misses) = self.inner.reads.as_ref().map_or((0, 0), |r| r.totals());
+        self.inner.stats()
+    }
+}
+
+impl<K, V, S> super::Inner<K, V, S>
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: std::hash::BuildHasher + Send + Sync + 'static,
+{
+    /// [`ExpireMap::stats`](super::ExpireMap::stats).
+    pub(super) fn stats(&self) -> Stats {
+        let s = &self.signal;
+        let (hits, misses) = self.reads.as_ref().map_or((0, 0), |r| r.totals());
         Stats {
             hits,
             misses,
-            size_evicted: self.inner.size_evicted.total(),
-            max_lateness: Duration::from_nanos(self.inner.max_lateness.load(Ordering::Relaxed)),
-            evicted: self.inner.evicted.load(Ordering::Relaxed),
-            evicted_by_writers: self.inner.evicted_by_writers.load(Ordering::Relaxed),
+            size_evicted: self.size_evicted.total(),
+            max_lateness: Duration::from_nanos(self.max_lateness.load(Ordering::Relaxed)),
+            evicted: self.evicted.load(Ordering::Relaxed),
+            evicted_by_writers: self.evicted_by_writers.load(Ordering::Relaxed),
             passes: s.passes.load(Ordering::Relaxed),
             wakeups: s.wakeups.load(Ordering::Relaxed),
-            refreshes: self.inner.refreshes.load(Ordering::Relaxed),
-            refresh_failures: self.inner.refresh_failures.load(Ordering::Relaxed),
+            refreshes: self.refreshes.load(Ordering::Relaxed),
+            refresh_failures: self.refresh_failures.load(Ordering::Relaxed),
+            events_lost: self.events.lost(),
         }
     }
 }

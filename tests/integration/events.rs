@@ -240,6 +240,8 @@ fn slow_subscriber_is_told_exactly_how_many_it_lost() {
     }
     clock.advance(2 * MS);
     assert_eq!(map.evict_expired(), 20);
+    // A lag is counted in `Stats::events_lost` once it is reported.
+    assert_eq!(map.stats().events_lost, 0);
     let mut lost = 0;
     let mut seen = 0;
     loop {
@@ -252,6 +254,16 @@ fn slow_subscriber_is_told_exactly_how_many_it_lost() {
     }
     assert_eq!(lost + seen, 20, "lost {lost} seen {seen}");
     assert!(lost >= 12, "at most the capacity survives: lost {lost}");
+    assert_eq!(map.stats().events_lost, lost);
+    // Every subscriber's losses add up: a second one, 12 events behind.
+    let mut late = map.subscribe().unwrap();
+    for i in 0..20 {
+        map.put(i, i, MS);
+    }
+    clock.advance(2 * MS);
+    assert_eq!(map.evict_expired(), 20);
+    assert_eq!(late.try_recv().unwrap_err(), TryRecvError::Lagged(12));
+    assert_eq!(map.stats().events_lost, lost + 12);
 }
 
 #[test]
