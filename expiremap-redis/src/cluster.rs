@@ -582,7 +582,11 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
     ) -> Result<T, Error> {
         let mut link = self.first(key, prefix)?;
-        let mut hop = Hop::default();
+        let start = Hop {
+            deadline: Some(crate::reply::far(Instant::now(), link.cfg.call_timeout)),
+            ..Hop::default()
+        };
+        let mut hop = start;
         let mut last = None;
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
@@ -591,7 +595,7 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
                     Ok(()) => {}
                     Err(Some(e)) => return Err(e.at(&link.cfg.node())),
                     Err(None) => {
-                        (link, hop) = (self.first(key, prefix)?, Hop::default());
+                        (link, hop) = (self.first(key, prefix)?, start);
                         continue;
                     }
                 }
@@ -600,7 +604,7 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
                 // Retired by a new slot table since it was routed: nothing
                 // was sent; route again.
                 Err(_) if link.closed() => {
-                    (link, hop) = (self.first(key, prefix)?, Hop::default());
+                    (link, hop) = (self.first(key, prefix)?, start);
                     continue;
                 }
                 sent => sent.and_then(Receiver::wait),
@@ -665,7 +669,11 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
     ) -> Result<T, Error> {
         let mut link = self.first(key, prefix)?;
-        let mut hop = Hop::default();
+        let start = Hop {
+            deadline: Some(crate::reply::far(Instant::now(), link.cfg.call_timeout)),
+            ..Hop::default()
+        };
+        let mut hop = start;
         let mut last = None;
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
@@ -674,7 +682,7 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
                     Ok(()) => {}
                     Err(Some(e)) => return Err(e.at(&link.cfg.node())),
                     Err(None) => {
-                        (link, hop) = (self.first(key, prefix)?, Hop::default());
+                        (link, hop) = (self.first(key, prefix)?, start);
                         continue;
                     }
                 }
@@ -682,7 +690,7 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
             let r = match send(&link, hop) {
                 Ok(rx) => rx.await,
                 Err(_) if link.closed() => {
-                    (link, hop) = (self.first(key, prefix)?, Hop::default());
+                    (link, hop) = (self.first(key, prefix)?, start);
                     continue;
                 }
                 Err(e) => Err(e),
@@ -724,6 +732,7 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         let one_key = Hop {
             asking: false,
             single: true,
+            ..hop
         };
         if let Some(red) = Redirect::parse(e, &link.cfg.host) {
             if red.ask && multi && !hop.single {
@@ -734,6 +743,7 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
                     let hop = Hop {
                         asking: red.ask,
                         single: red.ask && hop.single,
+                        ..hop
                     };
                     ControlFlow::Continue(((next, hop), r.err().unwrap()))
                 }
@@ -749,7 +759,12 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         if says(m, "CLUSTERDOWN") {
             c.kick();
             if let Some(next) = c.other_than(&link) {
-                return ControlFlow::Continue(((next, Hop::default()), r.err().unwrap()));
+                let hop = Hop {
+                    asking: false,
+                    single: false,
+                    ..hop
+                };
+                return ControlFlow::Continue(((next, hop), r.err().unwrap()));
             }
         }
         ControlFlow::Break(r)
@@ -930,6 +945,7 @@ impl<K: CacheKey, V: CacheValue> Follow<K, V> {
                     let hop = Hop {
                         asking: red.ask,
                         single: true,
+                        deadline: None,
                     };
                     Follow {
                         left: self.left - 1,

@@ -409,7 +409,7 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
             .arg(token)
             .arg(ms)
             .get_packed_command();
-        self.call(&cmd, hop.asking, |sent, tx| Op::Lease {
+        self.call(&cmd, hop, |sent, tx| Op::Lease {
             key: key.clone(),
             sent,
             tx,
@@ -446,7 +446,7 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
             let rename = redis::cmd("RENAME").arg(staging).arg(name).clone();
             (op::transaction(&[&stage, &rename]), 3, op::LEASE_STORE)
         };
-        self.call_after(&cmd, hop.asking, skipped, |sent, tx| Op::Set {
+        self.call_after(&cmd, hop, skipped, |sent, tx| Op::Set {
             key,
             value,
             ttl,
@@ -473,7 +473,7 @@ impl<K: CacheKey, V: CacheValue> Shared<K, V> {
             .arg(name)
             .arg(token)
             .get_packed_command();
-        self.call(&cmd, hop.asking, |_, tx| Op::Release { tx, redirected })
+        self.call(&cmd, hop, |_, tx| Op::Release { tx, redirected })
     }
 
     /// The reply of [`LEASE`].

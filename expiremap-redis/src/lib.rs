@@ -118,7 +118,8 @@
 //!
 //! No call waits forever, whatever the server or user code does: a call
 //! waits at most its call timeout ([`Builder::call_timeout`], 2 s by
-//! default) and then fails with an [`Error::Connection`] of kind
+//! default; counted from its start, so a Cluster's redirects share it) and
+//! then fails with an [`Error::Connection`] of kind
 //! `TimedOut` ([`Error::is_timeout`]); the connection and the near copies
 //! stay, and the reply, if it comes, is applied as usual. A ping that goes
 //! unanswered for the longer of `S` and the call timeout closes the

@@ -360,21 +360,25 @@ where
     pub(crate) fn call<T>(
         &self,
         cmd: &[u8],
-        asking: bool,
+        hop: Hop,
         make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
     ) -> Result<Receiver<T>, Error> {
-        self.call_after(cmd, asking, 0, make)
+        self.call_after(cmd, hop, 0, make)
     }
 
     /// [`call`](Self::call) for `skipped + 1` commands (`MULTI`...`EXEC`).
     pub(crate) fn call_after<T>(
         &self,
         cmd: &[u8],
-        asking: bool,
+        hop: Hop,
         skipped: usize,
         make: impl FnOnce(u64, Reply<T>) -> Op<K, V>,
     ) -> Result<Receiver<T>, Error> {
-        let (tx, rx) = reply::channel(self.cfg.call_timeout);
+        let asking = hop.asking;
+        let (tx, rx) = match hop.deadline {
+            Some(at) => reply::channel_until(at, self.cfg.call_timeout),
+            None => reply::channel(self.cfg.call_timeout),
+        };
         let mut link = self.link();
         let Some(conn) = link.as_mut() else {
             drop(link);
@@ -432,7 +436,7 @@ where
             .arg(1)
             .arg(name)
             .get_packed_command();
-        self.call(&cmd, hop.asking, |sent, tx| Op::Fetch {
+        self.call(&cmd, hop, |sent, tx| Op::Fetch {
             key: key.clone(),
             sent,
             tx,
@@ -461,7 +465,7 @@ where
         } else {
             op::PUT
         };
-        self.call(&set.get_packed_command(), hop.asking, |sent, tx| Op::Set {
+        self.call(&set.get_packed_command(), hop, |sent, tx| Op::Set {
             key,
             value,
             ttl,
@@ -480,7 +484,7 @@ where
             .arg(1)
             .arg(name)
             .get_packed_command();
-        self.call(&cmd, hop.asking, |_, tx| Op::Del {
+        self.call(&cmd, hop, |_, tx| Op::Del {
             key: key.clone(),
             tx,
         })

@@ -36,6 +36,9 @@ pub(crate) struct Hop {
     /// own redirects (a node refuses commands over keys it holds only in
     /// part: `ASK`, then `TRYAGAIN` on the other node).
     pub(crate) single: bool,
+    /// When the call gives up waiting (its call timeout from when it
+    /// began, shared by its redirects); `None`: the call timeout from now.
+    pub(crate) deadline: Option<Instant>,
 }
 
 /// What the reader does with a redirect in a posted call's reply (a

@@ -76,6 +76,13 @@ pub(crate) fn far(now: Instant, timeout: Duration) -> Instant {
 
 /// A slot for a call that waits at most `timeout` from now.
 pub(crate) fn channel<T>(timeout: Duration) -> (Sender<T>, Receiver<T>) {
+    channel_until(far(Instant::now(), timeout), timeout)
+}
+
+/// A slot for a try of a call that waits until `deadline` at most (the
+/// call's, set when it began: its redirects share its `timeout`, which
+/// its error names).
+pub(crate) fn channel_until<T>(deadline: Instant, timeout: Duration) -> (Sender<T>, Receiver<T>) {
     let slot = Arc::new(Slot {
         state: Mutex::new(State {
             value: None,
@@ -83,7 +90,7 @@ pub(crate) fn channel<T>(timeout: Duration) -> (Sender<T>, Receiver<T>) {
             expired: false,
             waiter: Waiter::None,
         }),
-        deadline: far(Instant::now(), timeout),
+        deadline,
         timeout,
     });
     (Sender(Some(Arc::clone(&slot))), Receiver(slot))
