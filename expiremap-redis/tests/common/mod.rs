@@ -343,3 +343,27 @@ pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// A load of `key` through `cache` on its own thread that, once it has
+/// started (its lease taken), holds until the returned sender sends, then
+/// loads `value`. Returns after the load has started.
+pub fn held_load(
+    cache: &std::sync::Arc<expiremap_redis::NearCache<String, u64>>,
+    key: &str,
+    value: u64,
+) -> (std::thread::JoinHandle<u64>, std::sync::mpsc::Sender<()>) {
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let (cache, key) = (std::sync::Arc::clone(cache), key.to_string());
+    let load = std::thread::spawn(move || {
+        cache
+            .get_or_insert_with(key, Duration::from_secs(3600), || {
+                started_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                value
+            })
+            .unwrap()
+    });
+    within("the held load starts", move || started.recv().unwrap());
+    (load, go)
+}

@@ -7,7 +7,7 @@
 //! No timing is asserted: timeouts only bound hangs.
 
 use crate::common::cluster::Cluster;
-use crate::common::{Server, eventually, within};
+use crate::common::{Server, eventually, held_load, within};
 use expiremap_redis::NearCache;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -36,30 +36,6 @@ fn clustered(c: &Cluster, prefix: &str) -> Cache {
         .staleness_bound(Duration::from_millis(300))
         .build()
         .expect("a cluster cache")
-}
-
-/// A load of `key` through `cache` on its own thread that, once it has
-/// started (its lease taken), holds until the returned sender sends, then
-/// loads `value`. Returns after the load has started.
-fn held_load(
-    cache: &Arc<Cache>,
-    key: &str,
-    value: u64,
-) -> (thread::JoinHandle<u64>, mpsc::Sender<()>) {
-    let (started_tx, started) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let (cache, key) = (Arc::clone(cache), key.to_string());
-    let load = thread::spawn(move || {
-        cache
-            .get_or_insert_with(key, HOUR, || {
-                started_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                value
-            })
-            .unwrap()
-    });
-    within("the held load starts", move || started.recv().unwrap());
-    (load, go)
 }
 
 /// `procs` caches × `threads` threads call `get_or_insert_with` on one hot

@@ -2,18 +2,19 @@
 //! clusters: a slot in migration (`MIGRATING`/`IMPORTING`, `ASK`,
 //! `TRYAGAIN` on commands over several keys), a reshard by `redis-cli` under
 //! load from several caches with leases on, and a node removed after a
-//! reshard (`del-node`: it answers `CLUSTERDOWN`). Several caches on
+//! reshard (`del-node`: it answers `CLUSTERDOWN`), and a manual failover
+//! under the same load. Several caches on
 //! separate connections stand for the processes of a fleet. The rule: once
 //! `put` or `remove` returns `Ok`, every later read sees it (or a newer
 //! write), a load never overwrites it, and the operator's reshard completes.
 //! No timing is asserted: timeouts only bound hangs.
 
 use crate::common::cluster::Cluster;
-use crate::common::{PATIENCE, eventually};
+use crate::common::{PATIENCE, eventually, held_load};
 use expiremap_redis::NearCache;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -39,29 +40,6 @@ fn setup() -> (Cluster, String, u16, usize, usize) {
     let (tag, slot) = c.tag_of_first_slot(0);
     let from = c.owner(0, slot);
     (c, format!("{{{tag}}}:"), slot, from, (from + 1) % 3)
-}
-
-/// A load of `key` through `cache` on its own thread that holds (its lease
-/// taken) until told, then loads `value`.
-fn held_load(
-    cache: &Arc<Cache>,
-    key: &str,
-    value: u64,
-) -> (thread::JoinHandle<u64>, mpsc::Sender<()>) {
-    let (started_tx, started) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let (cache, key) = (Arc::clone(cache), key.to_string());
-    let load = thread::spawn(move || {
-        cache
-            .get_or_insert_with(key, HOUR, || {
-                started_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                value
-            })
-            .unwrap()
-    });
-    started.recv_timeout(PATIENCE).expect("the load started");
-    (load, go)
 }
 
 /// What every cache reads for `key` (a fresh one too), once more than the
