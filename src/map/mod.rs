@@ -357,9 +357,7 @@ where
         }
         let inner = &*self.inner;
         if inner.config.bound.is_some() {
-            return self
-                .put_slow(key, value, ttl, PutIf::Always)
-                .unwrap_or(None);
+            return self.put_always(key, value, ttl);
         }
         let hash = inner.hasher.hash_one(&key);
         // Declared before the lock guard, so that if the user's `Eq` panics

@@ -210,27 +210,52 @@ impl Sketch {
     /// [`frequency`](Self::frequency) of `h`, then
     /// [`increment`](Self::increment) of it, with one look at its counters
     /// (a full bounded shard's put of a new key does both).
+    ///
+    /// The increment that reaches the period halves the sketch between the
+    /// two, out of line: this path then calls nothing, so it keeps its
+    /// counters' places in registers instead of saving them around a call
+    /// (callgrind: 145 instructions a call with the halving inline, 3 calls
+    /// a miss on the hit-ratio traces).
+    #[inline]
     pub(crate) fn frequency_then_increment(&mut self, h: u32) -> u64 {
-        let (block, at) = self.slots(h);
-        let mut c = Self::read(&self.blocks[block], &at);
-        let before = c[0].min(c[1]).min(c[2]).min(c[3]);
-        self.added += 1;
-        if self.added >= self.period {
-            self.halve();
-            c = Self::read(&self.blocks[block], &at);
+        if self.added + 1 >= self.period {
+            return self.frequency_then_halve_then_increment(h);
         }
-        let least = c[0].min(c[1]).min(c[2]).min(c[3]);
-        // Conservative update: only the counters at the least grow, none
-        // past 15. Without branches: which of the four are least is
-        // anybody's guess, and a wrong guess costs more than the adds.
-        let grow = u64::from(least < 15);
+        self.added += 1;
+        self.count(h)
+    }
+
+    /// [`frequency_then_increment`](Self::frequency_then_increment) by the
+    /// increment that reaches the period: the estimate before the halving,
+    /// the increment after it.
+    #[cold]
+    #[inline(never)]
+    fn frequency_then_halve_then_increment(&mut self, h: u32) -> u64 {
+        let before = self.frequency(h);
+        self.added += 1;
+        self.halve();
+        self.count(h);
+        before
+    }
+
+    /// Adds one to the least of `h`'s counters (each of them at the least,
+    /// none past 15: a conservative update), and returns that least from
+    /// before.
+    #[inline]
+    fn count(&mut self, h: u32) -> u64 {
+        let (block, at) = self.slots(h);
         let words = &mut self.blocks[block];
+        let c = Self::read(words, &at);
+        let least = c[0].min(c[1]).min(c[2]).min(c[3]);
+        // Without branches: which of the four are least is anybody's
+        // guess, and a wrong guess costs more than the adds.
+        let grow = u64::from(least < 15);
         // The four counters lie in four different words: `c` stays what
         // each holds while the others grow.
         for (&(word, shift), &v) in at.iter().zip(&c) {
             words[word & 7] += (grow & u64::from(v == least)) << shift;
         }
-        before
+        least
     }
 
     /// Halves every counter (rounding down) and the increment count.

@@ -414,6 +414,14 @@ impl Table {
         scan_in(old, home, self.tag(h32), self.index_mask, eq)
     }
 
+    /// The slab index a lookup of hash bits `h32` most likely ends at: the
+    /// first slot of its cluster (in the new slots) whose tag matches, with
+    /// no `eq` run. Only for a prefetch: it may be another key's entry.
+    #[inline]
+    pub(crate) fn guess(&self, h32: u32) -> Option<u32> {
+        self.scan(h32, |_| true).ok().map(|(_, index)| index)
+    }
+
     /// Hints the CPU to start loading the home slot of hash bits `h32`.
     #[inline]
     pub(crate) fn prefetch_home(&self, h32: u32) {

@@ -122,12 +122,39 @@ where
             .map_err(|_| Stale)
     }
 
+    /// [`put`](Self::put) (and so `insert`) into a bounded map:
+    /// [`put_slow`](Self::put_slow) of `PutIf::Always`, with
+    /// [`put_cond`](Self::put_cond)'s body inlined for that condition, so
+    /// that the cases of the others fold away (a full map's usual put,
+    /// the miss of a cache-aside request).
+    #[inline(never)]
+    pub(super) fn put_always(&self, key: K, value: V, ttl: Duration) -> Option<V> {
+        // Neither a stale condition nor, without `give_back`, a refusal
+        // hands anything back.
+        self.put_cond_inline(key, value, ttl, PutIf::Always, false)
+            .unwrap_or(None)
+    }
+
     /// [`put_slow`](Self::put_slow), which hands back what it did not
     /// store: when `cond` failed, and, if `give_back`, when the bound
     /// refused the value (then nothing is published for it). A load's
     /// store (`PutIf::Untouched`) takes the key's hash from its flight
     /// instead of hashing the key again.
     pub(super) fn put_cond(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        cond: PutIf<'_, K, V>,
+        give_back: bool,
+    ) -> Result<Option<V>, NotStored<K, V>> {
+        self.put_cond_inline(key, value, ttl, cond, give_back)
+    }
+
+    /// [`put_cond`](Self::put_cond)'s body, inlined into it and into
+    /// [`put_always`](Self::put_always).
+    #[inline(always)]
+    fn put_cond_inline(
         &self,
         key: K,
         value: V,

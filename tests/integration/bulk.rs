@@ -79,26 +79,35 @@ fn get_many_takes_borrowed_keys_and_any_iterator() {
 }
 
 /// More keys than one chunk (1,024) and than one shard holds, in several
-/// shards, with every tenth key absent and every seventh expired.
+/// shards, with every tenth key absent and every seventh expired: with 8
+/// shards (long groups a shard, each read under one lock), 128 (a few keys
+/// a shard, warmed across shards first) and 1,024 (one key a shard; the
+/// keys sorted by shard, not counted), in batches of 2 to 3 n keys.
 #[test]
 fn get_many_reads_large_batches_over_every_shard() {
-    let clock = ManualClock::new();
-    let map: ExpireMap<u64, u64> = ExpireMap::builder()
-        .clock(clock.clone())
-        .shards(8)
-        .background_eviction(false)
-        .build();
-    let n = 5_000_u64;
-    for k in (0..n).filter(|k| k % 10 != 0) {
-        let ttl = if k % 7 == 0 { MS } else { MINUTE };
-        map.put(k, k * 2, ttl);
+    for shards in [8, 128, 1024] {
+        let clock = ManualClock::new();
+        let map: ExpireMap<u64, u64> = ExpireMap::builder()
+            .clock(clock.clone())
+            .shards(shards)
+            .background_eviction(false)
+            .build();
+        let n = 5_000_u64;
+        for k in (0..n).filter(|k| k % 10 != 0) {
+            let ttl = if k % 7 == 0 { MS } else { MINUTE };
+            map.put(k, k * 2, ttl);
+        }
+        clock.advance(2 * MS);
+        let mut rng = Rng(7);
+        for len in [2, 3, 17, 64, 100, 3 * n] {
+            let keys: Vec<u64> = (0..len).map(|_| rng.below(n + 100)).collect();
+            let want: Vec<Option<u64>> = keys.iter().map(|k| map.get(k)).collect();
+            assert_eq!(map.get_many(&keys), want, "{shards} shards, {len} keys");
+            if len == 3 * n {
+                assert!(want.iter().any(Option::is_some) && want.iter().any(Option::is_none));
+            }
+        }
     }
-    clock.advance(2 * MS);
-    let mut rng = Rng(7);
-    let keys: Vec<u64> = (0..3 * n).map(|_| rng.below(n + 100)).collect();
-    let want: Vec<Option<u64>> = keys.iter().map(|k| map.get(k)).collect();
-    assert_eq!(map.get_many(&keys), want);
-    assert!(want.iter().any(Option::is_some) && want.iter().any(Option::is_none));
 }
 
 /// The same operations, chosen at random, on two maps with idle expiry, a

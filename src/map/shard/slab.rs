@@ -360,6 +360,15 @@ impl<K, V> Slab<K, V> {
         unsafe { self.nodes.get_unchecked(index as usize) }
     }
 
+    /// Hints the CPU to start loading node `index` (its key, value and
+    /// deadline; not its hash bits): a no-op for an index past the slab.
+    #[inline]
+    pub(super) fn prefetch_kv(&self, index: u32) {
+        if let Some((node, _)) = self.nodes.get(index as usize) {
+            crate::map::table::prefetch_line(node);
+        }
+    }
+
     /// Moves the key and value out of node `index`, leaving it uninitialised.
     ///
     /// # Safety
