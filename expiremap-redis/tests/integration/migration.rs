@@ -10,11 +10,11 @@
 //! No timing is asserted: timeouts only bound hangs.
 
 use crate::common::cluster::Cluster;
-use crate::common::{PATIENCE, eventually, held_load};
+use crate::common::{PATIENCE, eventually, held_load, within};
 use expiremap_redis::NearCache;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -157,6 +157,49 @@ fn loads_during_a_migration_store_their_values() {
     c.migrate_keys(slot, from, to).unwrap();
     c.finish_migration(slot, to);
     assert_eq!(reads(&c, &prefix, &[&a, &b], "before"), [Some(1); 3]);
+}
+
+/// Item 7: a holder whose load fails gives its lease back where the lease
+/// is. Here the lease migrated to the target (its slot in migration, its
+/// key moved) before the load failed: the release, sent to the slot's
+/// node, meets an `ASK` and is sent on to the target (it once stopped
+/// there, and the lease held the key for its whole TTL, an hour here).
+#[test]
+fn a_failed_load_releases_its_lease_after_the_lease_migrated() {
+    let (c, prefix, slot, from, to) = setup();
+    let hour_lease = |c: &Cluster| -> Cache {
+        NearCache::cluster_builder(c.urls())
+            .prefix(&prefix)
+            .staleness_bound(BOUND)
+            .lease_ttl(HOUR)
+            .call_timeout(PATIENCE)
+            .build()
+            .unwrap()
+    };
+    let a = Arc::new(hour_lease(&c));
+    let b = hour_lease(&c);
+    let (started_tx, started) = mpsc::channel();
+    let (fail, fail_rx) = mpsc::channel::<()>();
+    let loader = {
+        let a = Arc::clone(&a);
+        thread::spawn(move || {
+            a.try_get_or_insert_with("k".to_string(), HOUR, || {
+                started_tx.send(()).unwrap();
+                fail_rx.recv().unwrap();
+                Err(expiremap_redis::Error::Config("the load failed".into()))
+            })
+        })
+    };
+    started.recv_timeout(PATIENCE).expect("the load started");
+    c.start_migration(slot, from, to);
+    c.migrate_keys(slot, from, to).unwrap();
+    fail.send(()).unwrap();
+    assert!(loader.join().unwrap().is_err());
+    // The lease is gone: another process loads at once.
+    let got = within("another process takes over", move || {
+        b.get_or_insert_with("k".to_string(), HOUR, || 2).unwrap()
+    });
+    assert_eq!(got, 2);
 }
 
 /// A write of the acceptance run: its version, whether it removed, when
