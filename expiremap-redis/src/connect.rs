@@ -38,6 +38,9 @@ pub(crate) struct Config {
     /// The callers waiting for leases held elsewhere, shared by every link
     /// of the cache (clones share it).
     pub(crate) waiters: Arc<crate::lease::Waiters>,
+    /// The Redis tier's counts, shared by every link of the cache (clones
+    /// share it; see [`crate::monitor`]).
+    pub(crate) monitor: Arc<crate::monitor::Counters>,
 }
 
 impl fmt::Debug for Config {
@@ -151,6 +154,7 @@ impl Config {
             call_timeout: Duration::from_secs(2),
             cluster: false,
             waiters: Arc::default(),
+            monitor: Arc::default(),
         })
     }
 

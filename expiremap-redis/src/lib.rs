@@ -423,6 +423,7 @@ mod error;
 mod expirations;
 mod lease;
 mod link;
+mod monitor;
 mod nonblocking;
 mod op;
 mod prefix;
@@ -485,6 +486,8 @@ pub struct NearCache<K, V> {
     lease_ttl: Option<Duration>,
     /// The callers waiting for a lease held elsewhere (shared with the links).
     waiters: Arc<lease::Waiters>,
+    /// The Redis tier's counts (shared with the links).
+    monitor: Arc<monitor::Counters>,
     /// Its entry in the process's table of prefixes in use.
     _prefix: PrefixClaim,
 }
@@ -636,23 +639,40 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         // makes waiters share the loader's value.
         self.near
             .try_get_or_insert_with(key.clone(), Duration::ZERO, || {
-                if let Some(lease_ttl) = self.lease_ttl {
-                    return self.load_leased(&key, ttl, lease_ttl, init);
-                }
-                let fetched = self
-                    .links
-                    .run(&key, &self.prefix, |l, hop| l.fetch(&key, hop))?;
-                if let Some(v) = fetched {
-                    return Ok(v);
-                }
-                let v = init()?;
-                if !ttl.is_zero() {
-                    self.links.run(&key, &self.prefix, |l, hop| {
-                        l.set(key.clone(), v.clone(), ttl, true, hop)
-                    })?;
-                }
-                Ok(v)
+                let span = monitor::LoadSpan::new(
+                    || codec::redis_key(&self.prefix, &key).ok(),
+                    self.lease_ttl.is_some(),
+                );
+                let r = span.run(|| self.load(&key, ttl, init));
+                span.end(r.is_ok());
+                r
             })
+    }
+
+    /// The leader's load (of [`try_get_or_insert_with`](Self::try_get_or_insert_with)):
+    /// Redis once more (a value may have come since), then `init`.
+    fn load<E: From<Error>>(
+        &self,
+        key: &K,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        if let Some(lease_ttl) = self.lease_ttl {
+            return self.load_leased(key, ttl, lease_ttl, init);
+        }
+        let fetched = self
+            .links
+            .run(key, &self.prefix, |l, hop| l.fetch(key, hop))?;
+        if let Some(v) = fetched {
+            return Ok(v);
+        }
+        let v = init()?;
+        if !ttl.is_zero() {
+            self.links.run(key, &self.prefix, |l, hop| {
+                l.set(key.clone(), v.clone(), ttl, true, hop)
+            })?;
+        }
+        Ok(v)
     }
 
     /// A reader of the near copies' events (see the crate docs, *Events*).
@@ -741,6 +761,19 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     pub fn staleness_bound(&self) -> Duration {
         self.staleness
     }
+
+    /// Publishes every series of [`Builder::metrics`] now (feature
+    /// `metrics`; nothing if the cache has no metrics name), the near
+    /// map's and the Redis tier's, to the recorder in force on this
+    /// thread: one set with `metrics::with_local_recorder`, else the
+    /// global one. The cache's threads publish at least once a second and
+    /// its drop once more; call this for a scrape that must be current.
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn publish_metrics(&self) {
+        self.near.publish_metrics();
+        self.monitor.publish();
+    }
 }
 
 impl<K, V> Drop for NearCache<K, V> {
@@ -749,6 +782,10 @@ impl<K, V> Drop for NearCache<K, V> {
         if let Some(e) = &self.expirations {
             e.close();
         }
+        // The last counts (the near map publishes its own when its last
+        // handle goes).
+        #[cfg(feature = "metrics")]
+        self.monitor.publish();
     }
 }
 

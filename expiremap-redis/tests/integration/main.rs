@@ -17,6 +17,7 @@ mod expirations;
 mod faults;
 mod hostile_values;
 mod leases;
+mod metrics;
 mod migration;
 mod tls;
 mod user_code;
