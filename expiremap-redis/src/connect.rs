@@ -10,7 +10,6 @@ use redis::{ConnectionAddr, Parser, PushKind, Value};
 use std::fmt;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
-#[cfg(feature = "tls")]
 use std::sync::Arc;
 use std::time::Duration;
 
