@@ -104,10 +104,12 @@ impl Counters {
 
     /// A call (a command and its redirects) ended with `r`: counted by
     /// outcome, timed if `started`, and a `warn` event if it failed (its
-    /// error names the node).
+    /// error names the node). A key or value that does not encode ends it
+    /// before anything is sent: no call, not counted.
     #[allow(unused_variables)] // without `metrics`, `started` is always None
     pub(crate) fn call_ended<T>(&self, r: &Result<T, Error>, started: Option<Instant>) {
         let i = match r {
+            Err(Error::Codec(c)) if c.encoding => return,
             Ok(_) => 0,
             Err(e) if e.is_timeout() => 2,
             Err(_) => 1,
