@@ -20,4 +20,5 @@ mod leases;
 mod metrics;
 mod migration;
 mod tls;
+mod tracing;
 mod user_code;
