@@ -6,3 +6,5 @@ step clippy cargo clippy --workspace --all-targets -- -D warnings
 # The core crate with every feature (stream, metrics, tracing): the code
 # behind them is type-checked and linted too.
 step clippy-features cargo clippy -p expiremap --all-targets --all-features -- -D warnings
+# expiremap-redis with every feature (tls, metrics, tracing).
+step clippy-redis-features cargo clippy -p expiremap-redis --all-targets --all-features -- -D warnings

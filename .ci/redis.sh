@@ -23,6 +23,10 @@ if [ -n "$missing" ]; then
 fi
 
 step redis cargo test -p expiremap-redis --release
+# The features `metrics` and `tracing` (off by default): the series a
+# named cache publishes, counted against a real server, and the spans
+# and events a subscriber is handed.
+step "redis features" cargo test -p expiremap-redis --release --features metrics,tracing --test integration -- metrics:: tracing::
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null \

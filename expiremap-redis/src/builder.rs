@@ -37,6 +37,9 @@ pub struct Builder<K, V> {
     redis_expirations: bool,
     /// `None`: off; the default is [`DEFAULT_LEASE_TTL`].
     lease_ttl: Option<Duration>,
+    /// From [`Builder::metrics`]: the `cache` label.
+    #[cfg(feature = "metrics")]
+    metrics: Option<metrics::SharedString>,
     _types: std::marker::PhantomData<fn() -> (K, V)>,
 }
 
@@ -152,6 +155,35 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         self
     }
 
+    /// Publishes the cache's series through the [`metrics`] facade, with
+    /// `name` as their `cache` label (feature `metrics`; see "Monitoring"
+    /// in the crate docs): the near map's (hits and misses of near
+    /// copies, their count, evictions: the core crate's
+    /// `expiremap::Builder::metrics`, which this names too) and the Redis
+    /// tier's (calls by outcome and their durations, invalidations
+    /// received, reconnects, lease waits and takeovers).
+    ///
+    /// They are published from counts the cache keeps, never from a near
+    /// hit: at least once a second by the cache's threads, when the cache
+    /// is dropped, and on [`NearCache::publish_metrics`]. A call to Redis
+    /// is timed (two clock reads) only in a cache with a metrics name.
+    ///
+    /// ```no_run
+    /// use expiremap_redis::NearCache;
+    ///
+    /// let users = NearCache::<u64, String>::builder("redis://127.0.0.1:6379")
+    ///     .metrics("users")
+    ///     .build()?;
+    /// users.publish_metrics(); // to the recorder installed, if any
+    /// # Ok::<(), expiremap_redis::Error>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics(mut self, name: impl Into<metrics::SharedString>) -> Self {
+        self.metrics = Some(name.into());
+        self
+    }
+
     /// Connects (once, on this thread: an unreachable server is an error
     /// here), sets up tracking and starts the cache's threads. Settings are
     /// checked before connecting:
@@ -246,6 +278,12 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
         if let Some(n) = self.max_entries {
             near = near.max_entries(n);
         }
+        #[cfg(feature = "metrics")]
+        if let Some(name) = self.metrics {
+            near = near.metrics(name.clone());
+            cfg.monitor = Arc::new(crate::monitor::Counters::named(name));
+        }
+        let monitor = Arc::clone(&cfg.monitor);
         let near = Arc::new(near.try_build().map_err(|e| Error::Config(e.to_string()))?);
         let waiters = Arc::clone(&cfg.waiters);
         let events_cfg = cfg.clone();
@@ -278,6 +316,7 @@ impl<K: CacheKey, V: CacheValue> Builder<K, V> {
             flights: nonblocking::Flights::new(),
             lease_ttl: self.lease_ttl,
             waiters,
+            monitor,
             _prefix: claim,
         };
         if self.redis_expirations {
@@ -309,11 +348,20 @@ impl<K, V> fmt::Debug for Builder<K, V> {
             .field("staleness", &self.staleness)
             .field("redis_expirations", &self.redis_expirations)
             .field("lease_ttl", &self.lease_ttl)
+            .field("metrics", &self.metrics_name())
             .finish_non_exhaustive()
     }
 }
 
 impl<K, V> Builder<K, V> {
+    /// The metrics name, for `Debug`.
+    fn metrics_name(&self) -> Option<&str> {
+        #[cfg(feature = "metrics")]
+        return self.metrics.as_deref();
+        #[cfg(not(feature = "metrics"))]
+        None
+    }
+
     /// The settings of [`NearCache::builder`] (`seeds: None`) and
     /// [`NearCache::cluster_builder`], all at their defaults.
     pub(crate) fn new(url: String, seeds: Option<Vec<String>>) -> Self {
@@ -330,6 +378,8 @@ impl<K, V> Builder<K, V> {
             publish_removals: false,
             redis_expirations: false,
             lease_ttl: Some(DEFAULT_LEASE_TTL),
+            #[cfg(feature = "metrics")]
+            metrics: None,
             _types: std::marker::PhantomData,
         }
     }

@@ -66,6 +66,7 @@
 use crate::connect::Config;
 use crate::error::Error;
 use crate::link::{Floor, Shared};
+use crate::monitor::Counters;
 use crate::op::{Hop, Redirected};
 use crate::reply::Receiver;
 use crate::slots::{Addr, Range, Redirect, SLOTS, SlotsConn, label, slot};
@@ -281,7 +282,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
     /// no call waits on them: a call sent there before the change gets its
     /// reply, often a `MOVED`, instead of a lost connection), and drops
     /// every near copy if any slot changed hands.
-    fn apply(&self, ranges: &[Range]) -> Result<(), Error> {
+    fn apply(&self, ranges: &[Range]) -> Result<bool, Error> {
         let mut slots = vec![None; SLOTS];
         for (a, b, addr) in ranges {
             let (i, _) = self.node(addr)?;
@@ -324,7 +325,7 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         if changed {
             self.near.clear();
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// A slot table: from `asked`'s node if it answers, else from the first
@@ -410,7 +411,17 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
             // No other node answers: the one that did is enough.
             Err(_) => {}
         }
-        self.apply(&answer)
+        let changed = self.apply(&answer)?;
+        #[cfg(feature = "tracing")]
+        if changed {
+            tracing::warn!(
+                by = %label(&by),
+                ranges = answer.len(),
+                "expiremap-redis: the slot table changed; near copies dropped"
+            );
+        }
+        let _ = changed;
+        Ok(())
     }
 
     fn refresh_loop(self: Arc<Self>, mut asked: Asked) {
@@ -533,6 +544,14 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         }
     }
 
+    /// The Redis tier's counters (shared by every link of the cache).
+    fn counters(&self) -> &Counters {
+        match self {
+            Links::One { link, .. } => &link.cfg.monitor,
+            Links::Cluster(c) => &c.base.monitor,
+        }
+    }
+
     /// The link for `key`'s first try.
     fn first(&self, key: &K, prefix: &[u8]) -> Result<Arc<Shared<K, V>>, Error> {
         match self {
@@ -574,7 +593,24 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         self.run_with(key, prefix, true, send)
     }
 
+    /// The one place every call (but a lease's release, which waits for
+    /// nothing) ends: counted by outcome, and timed in a cache with a
+    /// metrics name.
     fn run_with<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        multi: bool,
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
+    ) -> Result<T, Error> {
+        let counters = self.counters();
+        let started = counters.call_started();
+        let r = self.run_tries(key, prefix, multi, send);
+        counters.call_ended(&r, started);
+        r
+    }
+
+    fn run_tries<T>(
         &self,
         key: &K,
         prefix: &[u8],
@@ -661,7 +697,23 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         self.run_with_async(key, prefix, true, send).await
     }
 
+    /// [`run_with`](Self::run_with), awaiting the replies. A call whose
+    /// future is dropped before it ends is not counted.
     async fn run_with_async<T>(
+        &self,
+        key: &K,
+        prefix: &[u8],
+        multi: bool,
+        send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
+    ) -> Result<T, Error> {
+        let counters = self.counters();
+        let started = counters.call_started();
+        let r = self.run_tries_async(key, prefix, multi, send).await;
+        counters.call_ended(&r, started);
+        r
+    }
+
+    async fn run_tries_async<T>(
         &self,
         key: &K,
         prefix: &[u8],

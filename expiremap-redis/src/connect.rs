@@ -10,7 +10,6 @@ use redis::{ConnectionAddr, Parser, PushKind, Value};
 use std::fmt;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
-#[cfg(feature = "tls")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +37,9 @@ pub(crate) struct Config {
     /// The callers waiting for leases held elsewhere, shared by every link
     /// of the cache (clones share it).
     pub(crate) waiters: Arc<crate::lease::Waiters>,
+    /// The Redis tier's counts, shared by every link of the cache (clones
+    /// share it; see [`crate::monitor`]).
+    pub(crate) monitor: Arc<crate::monitor::Counters>,
 }
 
 impl fmt::Debug for Config {
@@ -151,6 +153,7 @@ impl Config {
             call_timeout: Duration::from_secs(2),
             cluster: false,
             waiters: Arc::default(),
+            monitor: Arc::default(),
         })
     }
 

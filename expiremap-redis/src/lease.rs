@@ -110,6 +110,7 @@
 
 use crate::error::Error;
 use crate::link::{self, Shared};
+use crate::monitor::Counters;
 use crate::op::{self, Hop, Op};
 use crate::reply::Receiver;
 use crate::slots::{crc16, crc16_from, slot};
@@ -523,6 +524,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             token: &token,
             armed: false,
         };
+        let mut waited = false;
         loop {
             let wait = self.waiters.register(name.clone());
             release.armed = true;
@@ -532,8 +534,21 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             release.armed = matches!(found, Leased::Mine);
             match found {
                 Leased::Value(v) => return Ok(v),
-                Leased::Mine => break,
-                Leased::Held(left) => wait.block(patience(left, lease_ttl)),
+                Leased::Mine => {
+                    // Taken after a wait: the holder's value never came.
+                    if waited {
+                        Counters::add(&self.monitor.lease_takeovers);
+                    }
+                    break;
+                }
+                Leased::Held(left) => {
+                    Counters::add(&self.monitor.lease_waits);
+                    waited = true;
+                    let patience = patience(left, lease_ttl);
+                    #[cfg(feature = "tracing")]
+                    let _span = crate::monitor::lease_wait_span(&name, patience).entered();
+                    wait.block(patience);
+                }
             }
         }
         let v = init()?;

@@ -408,6 +408,64 @@
 //!   at most 0.4 s after theirs; a server with many expiring keys can take
 //!   longer.
 //! * Keys under the prefix that do not decode as `K` are skipped.
+//!
+//! # Monitoring
+//!
+//! Two cargo features, both off by default, as in the core crate (each
+//! turns on the core's feature of the same name):
+//!
+//! **`metrics`**: `Builder::metrics(name)` (which, like
+//! `NearCache::publish_metrics`, exists only with the feature) publishes
+//! through the [`metrics`](https://docs.rs/metrics) facade (so any
+//! exporter works), labelled `cache="name"`:
+//!
+//! * the near map's series, the core crate's (`expiremap::Builder::metrics`
+//!   gets the same name; see "Monitoring" in its docs), under Micrometer's
+//!   cache names: `cache_gets_total{result="hit"|"miss"}` counts the near
+//!   hits and the reads that asked Redis, `cache_size` the near copies,
+//!   `cache_evictions_total{cause}` the copies that left (invalidations and
+//!   reconnects drop them as `removed`), `cache_load_duration_seconds` the
+//!   loads of [`NearCache::get_or_insert_with`] and its blocking kin;
+//! * the Redis tier's:
+//!
+//! | series | kind | what |
+//! | --- | --- | --- |
+//! | `cache_redis_calls_total{result="ok"\|"error"\|"timeout"}` | counter | calls to Redis, a cluster's redirects followed within one: ended with a reply, with an error ([`Error::is_timeout`] false), with no reply within the call timeout. A lease's release, which waits for nothing, is no call, nor is one refused before it is sent (a key or value that does not encode) |
+//! | `cache_redis_call_duration_seconds` | summary (`_sum`, `_count`; a histogram if the exporter is set so) | how long each call took, redirects included |
+//! | `cache_invalidations_total` | counter | keys the server said were written, as the cache's connections received them: other clients' writes, and the cache's own lease takes (scripts, whose writes Redis sends back to their own connection); a flush counts one |
+//! | `cache_reconnects_total` | counter | connections made after one was lost (each drops the node's near copies) |
+//! | `cache_lease_waits_total` | counter | waits for a load's lease held elsewhere in the fleet (see *Fleet-wide loading*) |
+//! | `cache_lease_takeovers_total` | counter | leases taken after a wait: the holder's value never came (its load failed, or its lease lapsed) |
+//!
+//! The near hit ratio over five minutes, in PromQL:
+//!
+//! ```text
+//! sum(rate(cache_gets_total{result="hit",cache="users"}[5m]))
+//!   / sum(rate(cache_gets_total{cache="users"}[5m]))
+//! ```
+//!
+//! A near hit pays nothing new: the series are published from counts the
+//! cache keeps (the near map's stats; the Redis tier's atomic counts,
+//! added to where a round trip or a server push happens anyway), at least
+//! once a second by the cache's threads (a link's supervisor), by
+//! `NearCache::publish_metrics` (for a scrape that must be current), and
+//! when the cache is dropped. Counters are published as running totals
+//! (`absolute`). A call's duration is the one value recorded as it
+//! happens: two clock reads around the call, only in a named cache. No
+//! lock of the cache is held while the recorder runs.
+//!
+//! **`tracing`**: a `debug` span `expiremap_redis.load` around each load of
+//! a missing key by its loader (`key_hash`, a hash of the key's Redis name
+//! that every process of the same build computes alike; `leased`;
+//! `outcome` = `success`, `failure`, `panicked` or `cancelled`;
+//! `duration_us`), with a `warn` event inside it when the load fails (for
+//! the blocking API it runs inside the core crate's `expiremap.load`); a
+//! `debug` span `expiremap_redis.lease_wait` around each wait for a lease
+//! held elsewhere (`key_hash`, `patience_ms`); and `warn` events, naming
+//! the node, for a lost connection, a failed connect attempt, a reconnect,
+//! a slot-table change (by the node that answered it), and a call that
+//! ends in an error (its message names the node). Nothing on the hit
+//! paths.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -424,6 +482,7 @@ mod error;
 mod expirations;
 mod lease;
 mod link;
+mod monitor;
 mod nonblocking;
 mod op;
 mod prefix;
@@ -486,6 +545,8 @@ pub struct NearCache<K, V> {
     lease_ttl: Option<Duration>,
     /// The callers waiting for a lease held elsewhere (shared with the links).
     waiters: Arc<lease::Waiters>,
+    /// The Redis tier's counts (shared with the links).
+    monitor: Arc<monitor::Counters>,
     /// Its entry in the process's table of prefixes in use.
     _prefix: PrefixClaim,
 }
@@ -637,23 +698,40 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         // makes waiters share the loader's value.
         self.near
             .try_get_or_insert_with(key.clone(), Duration::ZERO, || {
-                if let Some(lease_ttl) = self.lease_ttl {
-                    return self.load_leased(&key, ttl, lease_ttl, init);
-                }
-                let fetched = self
-                    .links
-                    .run(&key, &self.prefix, |l, hop| l.fetch(&key, hop))?;
-                if let Some(v) = fetched {
-                    return Ok(v);
-                }
-                let v = init()?;
-                if !ttl.is_zero() {
-                    self.links.run(&key, &self.prefix, |l, hop| {
-                        l.set(key.clone(), v.clone(), ttl, true, hop)
-                    })?;
-                }
-                Ok(v)
+                let span = monitor::LoadSpan::new(
+                    || codec::redis_key(&self.prefix, &key).ok(),
+                    self.lease_ttl.is_some(),
+                );
+                let r = span.run(|| self.load(&key, ttl, init));
+                span.end(r.is_ok());
+                r
             })
+    }
+
+    /// The leader's load (of [`try_get_or_insert_with`](Self::try_get_or_insert_with)):
+    /// Redis once more (a value may have come since), then `init`.
+    fn load<E: From<Error>>(
+        &self,
+        key: &K,
+        ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        if let Some(lease_ttl) = self.lease_ttl {
+            return self.load_leased(key, ttl, lease_ttl, init);
+        }
+        let fetched = self
+            .links
+            .run(key, &self.prefix, |l, hop| l.fetch(key, hop))?;
+        if let Some(v) = fetched {
+            return Ok(v);
+        }
+        let v = init()?;
+        if !ttl.is_zero() {
+            self.links.run(key, &self.prefix, |l, hop| {
+                l.set(key.clone(), v.clone(), ttl, true, hop)
+            })?;
+        }
+        Ok(v)
     }
 
     /// A reader of the near copies' events (see the crate docs, *Events*).
@@ -742,6 +820,19 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
     pub fn staleness_bound(&self) -> Duration {
         self.staleness
     }
+
+    /// Publishes every series of [`Builder::metrics`] now (feature
+    /// `metrics`; nothing if the cache has no metrics name), the near
+    /// map's and the Redis tier's, to the recorder in force on this
+    /// thread: one set with `metrics::with_local_recorder`, else the
+    /// global one. The cache's threads publish at least once a second and
+    /// its drop once more; call this for a scrape that must be current.
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn publish_metrics(&self) {
+        self.near.publish_metrics();
+        self.monitor.publish();
+    }
 }
 
 impl<K, V> Drop for NearCache<K, V> {
@@ -750,6 +841,10 @@ impl<K, V> Drop for NearCache<K, V> {
         if let Some(e) = &self.expirations {
             e.close();
         }
+        // The last counts (the near map publishes its own when its last
+        // handle goes).
+        #[cfg(feature = "metrics")]
+        self.monitor.publish();
     }
 }
 

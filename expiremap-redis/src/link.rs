@@ -49,6 +49,7 @@ use crate::codec;
 use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
 use crate::error::Error;
 use crate::lease;
+use crate::monitor::Counters;
 use crate::op::{self, Hop, Op, Reply};
 use crate::reply::{self, Receiver};
 use crate::wire::{ReadHalf, WriteHalf};
@@ -518,12 +519,14 @@ where
                     if let Value::BulkString(name) = name
                         && let Some(k) = codec::key_of::<K>(&self.cfg.prefix, &name)
                     {
+                        Counters::add(&self.cfg.monitor.invalidations);
                         self.near.remove(&k);
                     }
                 }
             }
             // A null list: the server flushed its databases.
             _ => {
+                Counters::add(&self.cfg.monitor.invalidations);
                 self.near.clear();
                 self.cfg.waiters.wake_all();
             }
@@ -736,6 +739,10 @@ where
             ping_sent: None,
             last_ping: now,
         });
+        // Counted before `connects`, which callers watch for a reconnect.
+        if self.connects.load(Ordering::Relaxed) > 0 {
+            Counters::add(&self.cfg.monitor.reconnects);
+        }
         self.connects.fetch_add(1, Ordering::Relaxed);
         self.fresh_until.store(
             fresh
@@ -830,6 +837,9 @@ where
         }
         let mut backoff = Duration::from_millis(10);
         while !self.closing.load(Ordering::Acquire) {
+            // No lock held: the recorder runs here.
+            #[cfg(feature = "metrics")]
+            self.cfg.monitor.publish_due();
             if self.connected() {
                 self.heartbeat();
                 let tick = self.cfg.ping_every().min(reply::TICK_MAX);
@@ -845,14 +855,30 @@ where
             }
             if let Some(h) = reader.take() {
                 let _ = h.join();
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    node = %self.cfg.node(),
+                    "expiremap-redis: the connection was lost; near copies dropped, reconnecting"
+                );
             }
             match self.connect().and_then(|f| self.install(f)) {
                 Ok(h) => {
                     reader = Some(h);
                     backoff = Duration::from_millis(10);
+                    #[cfg(feature = "tracing")]
+                    if self.connects.load(Ordering::Relaxed) > 1 {
+                        tracing::warn!(node = %self.cfg.node(), "expiremap-redis: reconnected");
+                    }
                     self.attempted();
                 }
                 Err(e) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(
+                        node = %self.cfg.node(),
+                        error = %e,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "expiremap-redis: a connect attempt failed"
+                    );
                     *lock(&self.last_error) = Some(e);
                     self.attempted();
                     thread::park_timeout(backoff);

@@ -10,6 +10,7 @@
 
 use crate::error::Error;
 use crate::lease::{self, Leased};
+use crate::monitor::{self, Counters};
 use crate::{CacheKey, CacheValue, NearCache, codec};
 use std::any::Any;
 use std::collections::HashMap;
@@ -236,7 +237,11 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
                 flight,
                 outcome: None,
             };
-            let r = self.load(&key, ttl, init.take()).await;
+            let span = monitor::LoadSpan::new(|| Some(name.clone()), self.lease_ttl.is_some());
+            let r = span
+                .run_async(self.load_async(&key, ttl, init.take()))
+                .await;
+            span.end(r.is_ok());
             lead.finish(match &r {
                 Ok(v) => Outcome::Value(v.clone()),
                 Err(e) => Outcome::Error(Box::new(e.clone())),
@@ -267,6 +272,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             token: &token,
             armed: false,
         };
+        let mut waited = false;
         loop {
             let wait = self.waiters.register(name.clone());
             release.armed = true;
@@ -279,8 +285,24 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             release.armed = matches!(found, Leased::Mine);
             match found {
                 Leased::Value(v) => return Ok(v),
-                Leased::Mine => break,
-                Leased::Held(left) => wait.until(lease::patience(left, lease_ttl)).await,
+                Leased::Mine => {
+                    if waited {
+                        Counters::add(&self.monitor.lease_takeovers);
+                    }
+                    break;
+                }
+                Leased::Held(left) => {
+                    Counters::add(&self.monitor.lease_waits);
+                    waited = true;
+                    let patience = lease::patience(left, lease_ttl);
+                    let wait = wait.until(patience);
+                    #[cfg(feature = "tracing")]
+                    let wait = tracing::Instrument::instrument(
+                        wait,
+                        monitor::lease_wait_span(&name, patience),
+                    );
+                    wait.await
+                }
             }
         }
         let init = init.expect("a caller leads at most once");
@@ -298,7 +320,7 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
 
     /// The leader's load: Redis once more (a value may have come since),
     /// then `init`, stored with `SET ... NX`.
-    async fn load<E>(
+    async fn load_async<E>(
         &self,
         key: &K,
         ttl: Duration,

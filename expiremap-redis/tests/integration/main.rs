@@ -17,6 +17,8 @@ mod expirations;
 mod faults;
 mod hostile_values;
 mod leases;
+mod metrics;
 mod migration;
 mod tls;
+mod tracing;
 mod user_code;
