@@ -48,6 +48,9 @@
 //!   map is dropped, or still present. A value found past its deadline by
 //!   `remove`, `clear` or an overwriting `put` leaves as `Expired`. A `remove`
 //!   racing the eviction of the same entry: exactly one of them gets it.
+//!   With [`Builder::publish_removals`] a returned value is also published
+//!   (a clone, as `Removed` or `Replaced`): the caller gets the value and
+//!   subscribers get its event, still one door, which the event names.
 //!
 //! ```
 //! use expiremap::{ExpireMap, ManualClock};

@@ -128,10 +128,14 @@ pub struct Stats {
     /// [`ExpireMap::evict_expired`](super::ExpireMap::evict_expired), a
     /// write to their shard: see `evicted_by_writers`, or a put into a full
     /// bounded map, which takes expired entries first to make room). Not
-    /// counted: an entry a read removed
-    /// because it found it idle-expired (see
-    /// [`Builder::time_to_idle`](crate::Builder::time_to_idle)), published
-    /// as `Expired` all the same.
+    /// counted, though each is published as `Expired` all the same:
+    ///
+    /// * an expired entry that a write of its key meets (`put`, `insert`,
+    ///   `remove` and the other writes: the old value leaves as `Expired`,
+    ///   not `Replaced` or `Removed`);
+    /// * expired entries that `clear` or the map's drop takes;
+    /// * an entry a read removed because it found it idle-expired (see
+    ///   [`Builder::time_to_idle`](crate::Builder::time_to_idle)).
     pub evicted: u64,
     /// Of `evicted`, the entries that writes took: a write (`put`,
     /// `remove`, `expire`, a conditional put, a load's store) to a shard
