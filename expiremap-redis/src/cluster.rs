@@ -618,22 +618,15 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
     ) -> Result<T, Error> {
         let mut link = self.first(key, prefix)?;
-        let start = Hop {
-            deadline: Some(crate::reply::far(Instant::now(), link.cfg.call_timeout)),
-            ..Hop::default()
-        };
+        let start = first_hop(&link);
         let mut hop = start;
         let mut last = None;
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
                 let _ = first.wait();
-                match link.settled() {
-                    Ok(()) => {}
-                    Err(Some(e)) => return Err(e.at(&link.cfg.node())),
-                    Err(None) => {
-                        (link, hop) = (self.first(key, prefix)?, start);
-                        continue;
-                    }
+                if !usable(&link)? {
+                    (link, hop) = (self.first(key, prefix)?, start);
+                    continue;
                 }
             }
             let r = match send(&link, hop) {
@@ -721,22 +714,15 @@ impl<K: CacheKey, V: CacheValue> Links<K, V> {
         send: impl Fn(&Shared<K, V>, Hop) -> Result<Receiver<T>, Error>,
     ) -> Result<T, Error> {
         let mut link = self.first(key, prefix)?;
-        let start = Hop {
-            deadline: Some(crate::reply::far(Instant::now(), link.cfg.call_timeout)),
-            ..Hop::default()
-        };
+        let start = first_hop(&link);
         let mut hop = start;
         let mut last = None;
         for _ in 0..MAX_REDIRECTS {
             if let Some(first) = link.first_attempt() {
                 let _ = first.await;
-                match link.settled() {
-                    Ok(()) => {}
-                    Err(Some(e)) => return Err(e.at(&link.cfg.node())),
-                    Err(None) => {
-                        (link, hop) = (self.first(key, prefix)?, start);
-                        continue;
-                    }
+                if !usable(&link)? {
+                    (link, hop) = (self.first(key, prefix)?, start);
+                    continue;
                 }
             }
             let r = match send(&link, hop) {
@@ -943,6 +929,26 @@ impl<K, V> Cluster<K, V> {
         for n in done {
             n.stop();
         }
+    }
+}
+
+/// How a call's first try is sent on `link`: its deadline is the call
+/// timeout from now, shared by its redirects.
+fn first_hop<K, V>(link: &Shared<K, V>) -> Hop {
+    Hop {
+        deadline: Some(crate::reply::far(Instant::now(), link.cfg.call_timeout)),
+        ..Hop::default()
+    }
+}
+
+/// After the end of `link`'s first attempt to connect: `true` if it is
+/// connected, `false` if it was retired with no attempt failed (route the
+/// call again), or the failed attempt's error, naming the node.
+fn usable<K: CacheKey, V: CacheValue>(link: &Shared<K, V>) -> Result<bool, Error> {
+    match link.settled() {
+        Ok(()) => Ok(true),
+        Err(Some(e)) => Err(e.at(&link.cfg.node())),
+        Err(None) => Ok(false),
     }
 }
 
