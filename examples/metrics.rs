@@ -31,12 +31,13 @@ fn main() {
         .build();
     let mut events = users.subscribe().expect("one subscriber");
     for k in 1..=4 {
-        users.put(k, format!("user {k}"), minute); // 4 puts
+        users.put(k, format!("user {k}"), minute);
     }
     for k in 1..=6 {
         users.get(&k); // 4 hits, 2 misses
     }
-    // A load (a miss; its value stored: a put) and a failed load (a miss).
+    // A load (a miss; its value stored: `cache_puts_total` counts it) and a
+    // failed load (a miss).
     users.get_or_insert_with(10, minute, || {
         sleep(ms(10));
         "user 10".to_string()
@@ -46,7 +47,7 @@ fn main() {
         Err("user service down")
     });
     assert!(failed.is_err());
-    // Three values that expire in 20 ms (3 puts), evicted as they expire:
+    // Three values that expire in 20 ms, evicted as they expire:
     // three `Expired` events into a ring of two, which the subscriber,
     // reading only now, finds one behind.
     for k in 20..23 {
@@ -57,7 +58,7 @@ fn main() {
     assert_eq!(events.try_recv().unwrap_err(), TryRecvError::Lagged(1));
     // Keys 1 and 2 are now older than 30 ms: each loading call returns
     // the current value (a hit) and reloads it, once with success (its
-    // store is a put), once with an error.
+    // store is counted in `cache_puts_total`), once with an error.
     users.get_or_insert_with(1, minute, || "user 1, reloaded".to_string());
     let kept = users.try_get_or_insert_with(2, minute, || Err("user service down"));
     assert_eq!(kept.as_deref(), Ok("user 2"));
@@ -68,7 +69,7 @@ fn main() {
         .max_entries(4)
         .build();
     for k in 0..6 {
-        sessions.put(k, k, minute); // 6 puts, 2 of them over the bound
+        sessions.put(k, k, minute); // 2 of the 6 over the bound
     }
 
     let u = users.stats();

@@ -281,7 +281,7 @@
 //! | series | kind | what |
 //! | --- | --- | --- |
 //! | `cache_gets_total{result="hit"\|"miss"}` | counter | reads that found a live value, and those that did not ([`Stats::hits`], [`Stats::misses`]) |
-//! | `cache_puts_total` | counter | values written by `put` and its kin, a load's or reload's store included |
+//! | `cache_puts_total` | counter | loads that stored their value: a loader, reload or bulk loader that returned, once per run. Micrometer's Caffeine binder gives the name this meaning (Caffeine counts no puts); a plain `put` is not counted, so the put path runs exactly what it runs without the feature |
 //! | `cache_evictions_total{cause="expired"\|"size"\|"removed"}` | counter | values evicted for their deadline ([`Stats::evicted`]), pushed out or refused by the bound ([`Stats::size_evicted`]), removed by `remove`, `clear`, `retain` or an `update` |
 //! | `cache_size` | gauge | [`len`](ExpireMap::len) |
 //! | `cache_load_duration_seconds{result="success"\|"failure"}` | summary (`_sum`, `_count`; a histogram if the exporter is set so) | how long each loader ran (loads, reloads, bulk loads); `failure`: it returned an error or `None`, panicked, or its future was dropped |

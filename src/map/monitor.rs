@@ -3,12 +3,18 @@
 //!
 //! # Ground rules
 //!
-//! * **Nothing published from `get` or `put`.** The series come from the
-//!   counters the map keeps anyway ([`Stats`](super::Stats), each shard's
-//!   `puts`, `len`, the weighted size): by the eviction thread at least
-//!   once a second, when the last handle is dropped, and on
-//!   [`ExpireMap::publish_metrics`]. A `get` counts what `record_stats`
-//!   counts; a put adds one to its shard's `puts` under the lock it holds.
+//! * **Nothing published from `get` or `put`, and nothing added to
+//!   them.** The series come from the counters the map keeps anyway
+//!   ([`Stats`](super::Stats), `len`, the weighted size) and from counts
+//!   kept off those paths (values removed, loads stored): by the eviction
+//!   thread at least once a second, when the last handle is dropped, and
+//!   on [`ExpireMap::publish_metrics`]. A `get` counts what `record_stats`
+//!   counts; a `put` runs the same instructions as without the feature.
+//! * **`cache_puts_total` counts loads that stored a value**, the meaning
+//!   Micrometer's Caffeine binder gives it (Caffeine counts no puts, so
+//!   the binder reports its load count): a loader, reload or bulk loader
+//!   that returned its value(s), once per run. A plain `put` is not
+//!   counted, which is what keeps the put path as it is.
 //! * **No lock held while the recorder runs.** The recorder is user code:
 //!   [`Inner::publish`] reads every count first (each shard's read lock in
 //!   turn, released before the next), then calls it.
@@ -39,6 +45,9 @@ pub(crate) struct Metrics {
     /// Values that left by the `Removed` door (`remove`, `clear`,
     /// `retain`, an `update` that removes).
     pub(super) removed: crate::sync::AtomicU64,
+    /// Loader runs that returned their value(s) and stored them: the
+    /// `cache_puts_total` series (see the module docs).
+    pub(super) loaded: crate::sync::AtomicU64,
     /// When the map was built (clock ns).
     pub(super) built: u64,
 }
@@ -49,6 +58,7 @@ impl Metrics {
         Self {
             name,
             removed: crate::sync::AtomicU64::new(0),
+            loaded: crate::sync::AtomicU64::new(0),
             built,
         }
     }
@@ -184,6 +194,7 @@ impl LoadWatch<'_> {
         #[cfg(feature = "metrics")]
         if let (Some(m), Some(took)) = (self.metrics, took) {
             let result = if outcome == "success" {
+                m.loaded.fetch_add(1, crate::sync::Ordering::Relaxed);
                 "success"
             } else {
                 "failure"
@@ -251,7 +262,7 @@ where
         };
         // Every count first, each shard lock released before the next...
         let s = self.stats();
-        let puts: u64 = self.shards.iter().map(|s| s.read().puts).sum();
+        let puts = m.loaded.load(Ordering::Relaxed);
         let size = self.len() as f64;
         let weighted = self.weighted_size() as f64;
         let removed = m.removed.load(Ordering::Relaxed);
@@ -288,7 +299,7 @@ fn describe() {
     );
     describe_counter!(
         "cache_puts_total",
-        "Values written by put and its kin (and loads' stores)"
+        "Loads that stored their value (Micrometer's meaning for Caffeine); plain puts are not counted"
     );
     describe_counter!(
         "cache_evictions_total",

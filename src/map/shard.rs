@@ -159,13 +159,6 @@ pub(crate) struct Shard<K, V> {
     /// How many ticks of no eviction make writes take due entries
     /// (`u64::MAX`, the default: never).
     writer_lag: u64,
-    /// Values written by [`put`](Self::put) and
-    /// [`put_bounded`](Self::put_bounded) (the `cache_puts_total` of the
-    /// `metrics` feature): a plain add under the write lock the put holds,
-    /// read under the read lock when the map publishes; it survives
-    /// [`take_all`](Self::take_all).
-    #[cfg(feature = "metrics")]
-    pub(crate) puts: u64,
 }
 
 /// The nodes written since optimistic readers started watching: how
@@ -257,8 +250,6 @@ impl<K, V> Shard<K, V> {
             changes: Changes::new(),
             writers_from: u64::MAX,
             writer_lag: u64::MAX,
-            #[cfg(feature = "metrics")]
-            puts: 0,
             table: Table::new(),
             entries: Entries {
                 lists: Lists::new(slab.tick_of(now)),
@@ -549,10 +540,6 @@ impl<K, V> Shard<K, V> {
         K: Eq,
     {
         debug_assert!(self.entries.bound.is_none());
-        #[cfg(feature = "metrics")]
-        {
-            self.puts += 1;
-        }
         let slab = &self.entries.slab;
         let h32 = hash as u32;
         // The index `alloc` would use; past `MAX_NODES - 1` it panics itself.
@@ -905,10 +892,6 @@ impl<K, V> Shard<K, V> {
         fresh = fresh.writer_lag(self.writer_lag);
         // Flights and watchers concern keys, not entries: they stay.
         fresh.flights = std::mem::take(&mut self.flights);
-        #[cfg(feature = "metrics")]
-        {
-            fresh.puts = self.puts;
-        }
         std::mem::swap(&mut fresh.changes, &mut self.changes);
         let mut taken = std::mem::replace(self, fresh);
         // Out of the map now: its weight goes back to the budget at once,

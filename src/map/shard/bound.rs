@@ -39,10 +39,6 @@ impl<K, V> Shard<K, V> {
     where
         K: Eq,
     {
-        #[cfg(feature = "metrics")]
-        {
-            self.puts += 1;
-        }
         let h32 = hash as u32;
         let slab = &self.entries.slab;
         // One probe serves both outcomes. Growing the table re-places slots
