@@ -300,8 +300,8 @@
 //!
 //! Nothing is published from `get` or `put`: the series come from counts
 //! the map keeps anyway (a name turns on
-//! [`record_stats`](Builder::record_stats) for the hits and misses; a
-//! put adds one to its shard's count under the lock it holds), published
+//! [`record_stats`](Builder::record_stats) for the hits and misses; loads
+//! that stored their value are counted where the load ends), published
 //! by the eviction thread at least once a second, by the last handle's
 //! drop, and by `ExpireMap::publish_metrics` (for a scrape that must be
 //! current, or a map without the thread). Counters are published as the

@@ -10,6 +10,8 @@
 
 pub(crate) use crossbeam_utils::CachePadded;
 
+pub(crate) mod biased;
+
 #[cfg(not(expiremap_loom))]
 mod imp {
     pub(crate) use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};

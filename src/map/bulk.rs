@@ -54,7 +54,8 @@ use super::monitor::LoadKind;
 use super::shard::{Home, Shard};
 use super::table::prefetch_line;
 use super::{ExpireMap, Inner};
-use crate::sync::{Arc, RwLock, unmodeled};
+use crate::sync::biased::RwLock;
+use crate::sync::{Arc, unmodeled};
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::fmt;
@@ -602,7 +603,7 @@ where
     {
         homes.clear();
         let (shard, (), now) = self.inner.clock.around(
-            || lock.read(),
+            || lock.read_for(group.len()),
             |s| homes.extend(group.iter().map(|&(h, _)| s.start(h))),
             |t, _| t.now(),
         );
@@ -902,7 +903,7 @@ where
         homes.clear();
         let first = &group[..group.len().min(AHEAD)];
         let (shard, (), bound) = self.clock.around(
-            || lock.read(),
+            || lock.read_for(group.len()),
             |s| homes.extend(first.iter().map(|&(h, _)| s.start(h))),
             |t, s| t.now_at_most_if(s.timed()),
         );

@@ -324,7 +324,7 @@ where
 
     /// Takes every entry out of `shard`, with the time read under its lock:
     /// the time that decides which of them leave as `Expired`.
-    pub(super) fn take_all(&self, shard: &RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
+    pub(super) fn take_all(&self, shard: &sync::biased::RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
         let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), |t, _| t.now());
         // A write of every key: loads in flight lose to it.
         guard.flights.iter().for_each(|f| f.touch());

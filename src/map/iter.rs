@@ -95,7 +95,10 @@ impl<'a, K, V, S, T> Walk<'a, K, V, S, T> {
             let mut batch = std::mem::take(&mut self.batch);
             let take = self.take;
             let (next, unwound) = {
-                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), |t, _| t.now());
+                let (guard, (), now) =
+                    inner
+                        .clock
+                        .around(|| lock.read_unbiased(), |_| (), |t, _| t.now());
                 let end = *self.end.get_or_insert_with(|| guard.slab_len());
                 let span = (self.from, SPAN, end, now);
                 guard.clone_span(span, |_, k, v| take(k, v), &mut batch)
@@ -335,7 +338,9 @@ where
                 let unwound;
                 {
                     let (guard, (), now) =
-                        inner.clock.around(|| lock.read(), |_| (), |t, _| t.now());
+                        inner
+                            .clock
+                            .around(|| lock.read_unbiased(), |_| (), |t, _| t.now());
                     let end = *end.get_or_insert_with(|| guard.slab_len());
                     watch.place = Some(guard.changes.watch());
                     let take = |i, k: &K, v: &V| clone_pair(k, v).map(|(k, v)| (i, k, v));
@@ -417,7 +422,10 @@ where
             // `f` again about the entries still of the same keys.
             let mut unwound = None;
             {
-                let (guard, (), now) = inner.clock.around(|| lock.read(), |_| (), |t, _| t.now());
+                let (guard, (), now) =
+                    inner
+                        .clock
+                        .around(|| lock.read_unbiased(), |_| (), |t, _| t.now());
                 watch.place = Some(guard.changes.watch());
                 for r in &again {
                     let same = guard
@@ -450,7 +458,7 @@ where
 ///
 /// [`Changes`]: super::shard::Changes
 struct Watch<'a, K, V> {
-    lock: &'a crate::sync::RwLock<super::shard::Shard<K, V>>,
+    lock: &'a crate::sync::biased::RwLock<super::shard::Shard<K, V>>,
     place: Option<usize>,
 }
 

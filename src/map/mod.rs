@@ -94,7 +94,8 @@ pub enum ExpireIf {
 
 use crate::broadcast::SubscribeError;
 use crate::clock::Time;
-use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded, RwLock};
+use crate::sync::biased::RwLock;
+use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded};
 use crate::unwind::Panics;
 use builder::{Config, Weigher};
 use doors::Events;
