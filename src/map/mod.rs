@@ -3,10 +3,13 @@
 //!
 //! # Ground rules
 //!
-//! * Each shard is one write-preferring `parking_lot::RwLock` over a
-//!   [`Shard`](shard::Shard) (hash table + timer wheel). `get`, `ttl` and
-//!   `contains_key` take the read lock; everything that changes an entry takes
-//!   the write lock.
+//! * Each shard is one write-preferring reader-writer lock over a
+//!   [`Shard`](shard::Shard) (hash table + timer wheel):
+//!   [`sync::biased::RwLock`], `parking_lot`'s raw lock whose reads write
+//!   nothing shared while no write has come for a while (read-biased).
+//!   `get`, `ttl` and `contains_key` take the read lock; everything that
+//!   changes an entry takes the write lock. Iteration's spans and large
+//!   bulk reads take the read lock unbiased (a writer never spins on them).
 //! * The key's hash is computed before any lock is taken. Under a lock the
 //!   only user code is `Eq` (lookups, and finding a key's flight) and the
 //!   clones the crate docs list (`get`, loading, `update`'s read,
