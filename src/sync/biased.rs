@@ -65,6 +65,8 @@ pub(crate) const LINES: usize = 2;
 #[cfg(expiremap_loom)]
 const SLOTS: usize = 2;
 
+const _: () = assert!(SLOTS.is_power_of_two());
+
 /// Unbiased reads in a row, per thread line in use, that restore the bias.
 #[cfg(not(expiremap_loom))]
 const REBIAS_PER_LINE: usize = 16;
@@ -115,30 +117,39 @@ loom::lazy_static! {
 
 #[cfg(not(expiremap_loom))]
 std::thread_local! {
-    /// This thread's line, `usize::MAX` until its first biased read.
-    static MY_LINE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    /// This thread's line, `None` until its first biased read.
+    static MY_LINE: std::cell::Cell<Option<&'static Line>> = const { std::cell::Cell::new(None) };
 }
 #[cfg(expiremap_loom)]
 loom::thread_local! {
-    static MY_LINE: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX);
+    static MY_LINE: std::cell::Cell<Option<&'static Line>> = std::cell::Cell::new(None);
 }
 
 /// This thread's line, taken on first use.
-#[inline]
+#[inline(always)]
 fn my_line() -> &'static Line {
-    let i = MY_LINE.with(|l| {
-        let i = l.get();
-        if i != usize::MAX {
-            return i;
-        }
-        // `SeqCst`: a writer that counts the lines in use after clearing
-        // a bias either counts this one, or this thread's first biased
-        // read (after this add) sees the bias cleared.
-        let i = TABLE.threads.fetch_add(1, Ordering::SeqCst) % LINES;
-        l.set(i);
-        i
-    });
-    &TABLE.lines[i]
+    match MY_LINE.with(std::cell::Cell::get) {
+        Some(line) => line,
+        None => take_line(),
+    }
+}
+
+/// The next line in turn, for a thread's first biased read.
+#[cold]
+fn take_line() -> &'static Line {
+    // `SeqCst`: a writer that counts the lines in use after clearing a
+    // bias either counts this one, or this thread's first biased read
+    // (after this add) sees the bias cleared.
+    let i = TABLE.threads.fetch_add(1, Ordering::SeqCst) % LINES;
+    #[cfg(not(expiremap_loom))]
+    let table: &'static Table = &TABLE;
+    // loom's `lazy_static` lives for the model's execution, as the
+    // thread-local that keeps this reference does.
+    #[cfg(expiremap_loom)]
+    let table: &'static Table = &*TABLE;
+    let line = &table.lines[i];
+    MY_LINE.with(|l| l.set(Some(line)));
+    line
 }
 
 /// Lines in use: the ones a revoking writer scans.
@@ -210,7 +221,7 @@ impl<T> RwLock<T> {
     fn slot<'a>(&self, line: &'a Line) -> &'a AtomicUsize {
         // Locks sit at least a line apart (the map pads its shards), so
         // neighbouring shards take different slots.
-        &line.0[(self.id() >> 7) % SLOTS]
+        &line.0[(self.id() >> 7) & (SLOTS - 1)]
     }
 
     /// A shared lock, biased if it can be.
