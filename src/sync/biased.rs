@@ -277,7 +277,9 @@ impl<T> RwLock<T> {
         let held = Held::Shared(self.raw.read().unwrap());
         if count && !self.bias.load(Ordering::Relaxed) {
             let n = self.streak.load(Ordering::Relaxed);
-            if n >= REBIAS_PER_LINE * lines_in_use() {
+            // The first comparison spares most unbiased reads the load of
+            // the lines in use.
+            if n >= REBIAS_PER_LINE && n >= REBIAS_PER_LINE * lines_in_use() {
                 // Under the read side: no writer holds the lock, and the
                 // next one sees this store (it takes the write side after
                 // this read's release).
