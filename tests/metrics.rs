@@ -4,6 +4,9 @@
 //! the tests run in parallel and the eviction thread publishes nowhere).
 #![cfg(feature = "metrics")]
 
+mod common;
+
+use common::block_on;
 use expiremap::{ExpireMap, ManualClock, TryRecvError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use std::collections::BTreeMap;
@@ -47,18 +50,6 @@ fn recorded(f: impl FnOnce()) -> BTreeMap<String, Value> {
             (name, value)
         })
         .collect()
-}
-
-/// Polls `f` to its end on this thread (its futures never wait).
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    use std::task::{Context, Poll, Waker};
-    let mut f = std::pin::pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
 }
 
 fn series(list: &[(&str, Value)]) -> BTreeMap<String, Value> {

@@ -175,3 +175,18 @@ pub fn with_eviction_thread(event_capacity: usize) -> (ExpireMap<u32, u32>, Manu
         .build();
     (map, clock)
 }
+
+/// Polls `f` to its end on this thread with a waker that does nothing,
+/// yielding between polls: for futures that complete by themselves (a
+/// loader's, or one woken by another thread that makes progress anyway).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}

@@ -4,14 +4,14 @@
 //! flights with single-key loaders, and end every flight whatever `load`
 //! does (returns, leaves keys out, fails, panics, is cancelled).
 
-use crate::common::{MS, Rng, manual};
+use crate::common::{MS, Rng, block_on, manual};
 use expiremap::{BulkError, Cause, ExpireMap, ManualClock};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 use std::thread;
 use std::time::Duration;
 
@@ -620,18 +620,6 @@ fn an_idle_expired_entry_is_loaded_again() {
     assert_eq!((e.key, e.value, e.cause), (1, 1, Cause::Expired));
     let s = map.stats();
     assert_eq!((s.hits, s.misses), (2, 1));
-}
-
-/// The blocking executor of the async tests.
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        thread::yield_now();
-    }
 }
 
 #[test]
