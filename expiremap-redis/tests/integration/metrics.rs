@@ -1,16 +1,19 @@
 //! The `metrics` feature (`.ci/redis.sh` runs it): a scripted workload
 //! against a real `redis-server`, and the exact series a named cache
-//! publishes, read back from `metrics-util`'s debugging recorder
-//! (installed for one thread only, so the other tests run beside it and
-//! the cache's threads publish nowhere). Counts only: no timing is
-//! asserted (timeouts only bound hangs).
+//! publishes, read back from `metrics-util`'s debugging recorder. Most
+//! tests install it for one thread only (so the other tests run beside
+//! them); what a cache's own threads publish goes to the process's global
+//! recorder, which [`global`] installs and only
+//! `the_supervisor_publishes_without_being_asked` reads (each cache here
+//! has a name of its own, and a test reads only its own series). Counts
+//! only: no timing is asserted (timeouts only bound hangs).
 #![cfg(feature = "metrics")]
 
 use crate::common::{Server, eventually, within};
 use expiremap_redis::NearCache;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::collections::BTreeMap;
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -46,6 +49,26 @@ fn recorded(f: impl FnOnce()) -> BTreeMap<String, Value> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     ::metrics::with_local_recorder(&recorder, f);
+    series(&snapshotter)
+}
+
+/// The process's global recorder, installed by the first call: where a
+/// thread without a recorder of its own publishes (a cache's supervisor,
+/// its near map's eviction thread).
+fn global() -> &'static Snapshotter {
+    static GLOBAL: OnceLock<Snapshotter> = OnceLock::new();
+    GLOBAL.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::set_global_recorder(recorder).expect("no other global recorder");
+        snapshotter
+    })
+}
+
+/// What `snapshotter` was handed since its last snapshot (a counter's
+/// value is the largest total published since then, 0 if none was), as
+/// [`recorded`] names it.
+fn series(snapshotter: &Snapshotter) -> BTreeMap<String, Value> {
     snapshotter
         .snapshot()
         .into_vec()
@@ -225,5 +248,101 @@ fn a_scripted_workload_publishes_exact_counts() {
     assert!(
         got.keys().all(|n| n.contains("cache=\"users\"")),
         "only the named cache publishes: {got:#?}"
+    );
+}
+
+/// The Redis tier's counters are published by the cache's supervisor
+/// thread (and the near map's by its eviction thread) with no call to
+/// `publish_metrics`, and again as they grow: read from the global
+/// recorder, which only those threads publish this cache's counts to.
+/// How soon is not asserted (at least once a second on any machine that
+/// keeps up; the wait here is far longer).
+#[test]
+fn the_supervisor_publishes_without_being_asked() {
+    let global = global();
+    let s = Server::start();
+    let c = cache(&s, Some("supervised"));
+    let k = |k: &str| k.to_string();
+    // Two calls (a put, and a miss that asks Redis) and a near hit.
+    c.put(k("a"), 1, HOUR).unwrap();
+    assert_eq!(c.get(&k("a")).unwrap(), Some(1));
+    assert_eq!(c.get(&k("nope")).unwrap(), None);
+    let calls = "cache_redis_calls_total{cache=\"supervised\",result=\"ok\"}";
+    let hits = "cache_gets_total{cache=\"supervised\",result=\"hit\"}";
+    // Each snapshot takes what was published since the last one: a count
+    // seen is a publication made after the calls above.
+    let mut near_hits = None;
+    eventually("the supervisor publishes 2 calls", || {
+        let got = series(global);
+        if let Some(Value::Count(n)) = got.get(hits) {
+            near_hits = near_hits.max(Some(*n));
+        }
+        (got.get(calls) == Some(&Value::Count(2))).then_some(())
+    });
+    // The near map's series too, by its own thread.
+    eventually("the near map's hit is published", || {
+        if let Some(Value::Count(n)) = series(global).get(hits) {
+            near_hits = near_hits.max(Some(*n));
+        }
+        (near_hits == Some(1)).then_some(())
+    });
+    // Not once only: a third call is in a later publication.
+    assert_eq!(c.get(&k("nope")).unwrap(), None);
+    eventually("the supervisor publishes the third call", || {
+        (series(global).get(calls) == Some(&Value::Count(3))).then_some(())
+    });
+    drop(c);
+}
+
+/// Whether the process `pid` is stopped (`T` in `/proc/<pid>/stat`): the
+/// `SIGSTOP` has taken effect, the server answers nothing more.
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with('T')))
+        .unwrap_or(false)
+}
+
+/// A call that the server never answers in time is counted with
+/// `result="timeout"` (not `error`): a miss (no near copy) while the
+/// server is stopped, with a short call timeout. The staleness bound is
+/// an hour, so that the stall is not noticed by the pings (which would
+/// close the connection) while the call waits.
+#[test]
+fn a_call_to_a_stalled_server_is_counted_as_a_timeout() {
+    use Value::{Count, Observed};
+    let s = Server::start();
+    let c: Cache = NearCache::builder(s.url())
+        .prefix("m:")
+        .staleness_bound(HOUR)
+        .call_timeout(Duration::from_millis(200))
+        .metrics("stalled")
+        .build()
+        .expect("connect");
+    let k = |k: &str| k.to_string();
+    let got = recorded(|| {
+        c.put(k("a"), 1, HOUR).unwrap();
+        s.signal("-STOP");
+        eventually("the server stops", || stopped(s.pid()).then_some(()));
+        let r = c.get(&k("nope"));
+        s.signal("-CONT");
+        let e = r.unwrap_err();
+        assert!(e.is_timeout(), "{e}");
+        c.publish_metrics();
+    });
+    let calls = |result: &str| {
+        got.get(&format!(
+            "cache_redis_calls_total{{cache=\"stalled\",result=\"{result}\"}}"
+        ))
+        .copied()
+    };
+    assert_eq!(
+        (calls("ok"), calls("error"), calls("timeout")),
+        (Some(Count(1)), Some(Count(0)), Some(Count(1))),
+        "{got:#?}"
+    );
+    assert_eq!(
+        got.get("cache_redis_call_duration_seconds{cache=\"stalled\"}"),
+        Some(&Observed(2))
     );
 }

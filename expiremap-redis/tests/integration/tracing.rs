@@ -1,14 +1,19 @@
 //! The `tracing` feature (`.ci/redis.sh` runs it): a span around each load
 //! with its outcome and duration, one around a lease wait, `warn` events
 //! for a failed load and a failed call, nothing for a near hit, against a
-//! real `redis-server`. A subscriber of our own records what it is handed
-//! on this thread (`with_default`: the cache's own threads, and the other
-//! tests, report nowhere). No timing is asserted.
+//! real `redis-server`; and the `warn` events of a cache's own threads
+//! (a reconnect, a slot-table change), each naming the node. A subscriber
+//! of our own records what it is handed on the test's thread
+//! (`with_default`); the events of the cache's threads go to a global one
+//! ([`watch`]), which keeps only the warnings that name a node a test
+//! watches (each test's servers have ports of their own). No timing is
+//! asserted.
 #![cfg(feature = "tracing")]
 
+use crate::common::cluster::Cluster;
 use crate::common::{Server, eventually, within};
 use expiremap_redis::NearCache;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, Once, mpsc};
 use std::thread;
 use std::time::Duration;
 use tracing::field::{Field, Visit};
@@ -223,4 +228,146 @@ fn loads_and_lease_waits_have_spans_failures_warn_and_near_hits_are_silent() {
             )),
         "{call}"
     );
+}
+
+/// The global subscriber: `warn` (and `error`) events from any thread, kept
+/// when a field names a node that a test watches; spans and other events
+/// are not of interest (so the other tests' loads cost nothing here).
+struct Warnings;
+
+/// The nodes watched (`127.0.0.1:<port>`) and each warning kept: its
+/// fields as `name=value` (the text as `message=...`).
+static WATCHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static WARNED: Mutex<Vec<Vec<String>>> = Mutex::new(Vec::new());
+
+impl Subscriber for Warnings {
+    fn enabled(&self, m: &Metadata<'_>) -> bool {
+        m.is_event() && *m.level() <= Level::WARN
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        let mut fields = Vec::new();
+        event.record(&mut Fields(&mut fields));
+        let watched = WATCHED.lock().unwrap();
+        if fields
+            .iter()
+            .any(|f| watched.iter().any(|w| f.contains(w.as_str())))
+        {
+            WARNED.lock().unwrap().push(fields);
+        }
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+/// Keeps the warnings that name `127.0.0.1:<port>` for each port (the
+/// global subscriber installed by the first call).
+fn watch(ports: &[u16]) {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        tracing::subscriber::set_global_default(Warnings).expect("no other global subscriber")
+    });
+    let mut watched = WATCHED.lock().unwrap();
+    watched.extend(ports.iter().map(|p| format!("127.0.0.1:{p}")));
+}
+
+/// The warnings kept so far with a field that contains `what`.
+fn warned(what: &str) -> Vec<Vec<String>> {
+    WARNED
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|fields| fields.iter().any(|f| f.contains(what)))
+        .cloned()
+        .collect()
+}
+
+/// The text of a warning (its `message` field).
+fn message(fields: &[String]) -> &str {
+    fields
+        .iter()
+        .find_map(|f| f.strip_prefix("message="))
+        .unwrap_or("")
+}
+
+/// A connection the server drops (`CLIENT KILL`): the supervisor warns
+/// that it was lost, then that it reconnected, each naming the server.
+#[test]
+fn a_reconnect_warns_naming_the_server() {
+    let s = Server::start();
+    watch(&[s.port]);
+    let node = format!("node=server 127.0.0.1:{}", s.port);
+    let a = cache(&s);
+    a.put("k".to_string(), 1, HOUR).unwrap();
+    assert_eq!(a.get(&"k".to_string()).unwrap(), Some(1));
+    // The first connection is no reconnect.
+    assert_eq!(warned(&node), Vec::<Vec<String>>::new());
+    let _: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut s.raw())
+        .unwrap();
+    let seen = eventually("a reconnect is reported", || {
+        let seen = warned(&node);
+        seen.iter()
+            .any(|w| message(w) == "expiremap-redis: reconnected")
+            .then_some(seen)
+    });
+    let texts: Vec<&str> = seen.iter().map(|w| message(w)).collect();
+    assert_eq!(
+        texts,
+        [
+            "expiremap-redis: the connection was lost; near copies dropped, reconnecting",
+            "expiremap-redis: reconnected",
+        ],
+        "{seen:#?}"
+    );
+    // Each names the server (by the field that `warned` matched).
+    assert!(seen.iter().all(|w| w.contains(&node)), "{seen:#?}");
+    assert_eq!(a.get(&"k".to_string()).unwrap(), Some(1));
+}
+
+/// A slot moved to another primary (`CLUSTER SETSLOT`, as a reshard does
+/// for a slot with no keys): the cache's slot-table reader warns that the
+/// table changed, naming the node whose table it took.
+#[test]
+fn a_slot_table_change_warns_naming_the_node() {
+    let c = Cluster::start(3);
+    let ports: Vec<u16> = c.nodes.iter().map(|n| n.port).collect();
+    watch(&ports);
+    let a: Cache = NearCache::cluster_builder(c.urls())
+        .prefix("t:")
+        .staleness_bound(HOUR)
+        .build()
+        .expect("a cluster cache");
+    a.put("k".to_string(), 1, HOUR).unwrap();
+    let changed = "message=expiremap-redis: the slot table changed; near copies dropped";
+    // The table read at the start is no change.
+    assert_eq!(warned(changed), Vec::<Vec<String>>::new());
+    let slot = c.slots_of(0, 0)[0];
+    let from = c.owner(0, slot);
+    let to = (from + 1) % 3;
+    c.start_migration(slot, from, to);
+    c.finish_migration(slot, to);
+    let seen = eventually("the change is reported", || {
+        let seen = warned(changed);
+        (!seen.is_empty()).then_some(seen)
+    });
+    for w in &seen {
+        let by = w.iter().find_map(|f| f.strip_prefix("by=cluster node "));
+        assert!(
+            by.is_some_and(|by| ports.iter().any(|p| by == format!("127.0.0.1:{p}"))),
+            "{seen:#?}"
+        );
+        assert!(w.iter().any(|f| f.starts_with("ranges=")), "{seen:#?}");
+    }
+    assert_eq!(c.owner(to, slot), to);
+    assert_eq!(a.get(&"k".to_string()).unwrap(), Some(1));
 }
