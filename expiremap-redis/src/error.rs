@@ -67,6 +67,22 @@ impl Error {
         }
     }
 
+    /// The server this error is about, as [`at`](Self::at) named it
+    /// (`server host:port`, `cluster node host:port`), if it names one.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) fn node(&self) -> Option<&str> {
+        let named =
+            |m: &'_ str| -> bool { m.starts_with("server ") || m.starts_with("cluster node ") };
+        match self {
+            Error::Connection(e) => e
+                .get_ref()
+                .and_then(|c| c.downcast_ref::<AtNode>())
+                .map(|a| a.node.as_str()),
+            Error::Server(m) | Error::Protocol(m) if named(m) => m.split(": ").next(),
+            _ => None,
+        }
+    }
+
     /// `true` for [`Error::Connection`]: retrying later may succeed.
     pub fn is_connection(&self) -> bool {
         matches!(self, Error::Connection(_))

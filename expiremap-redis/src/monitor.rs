@@ -122,7 +122,12 @@ impl Counters {
         }
         #[cfg(feature = "tracing")]
         if let Err(e) = r {
-            tracing::warn!(result = RESULTS[i], error = %e, "expiremap-redis: a call failed");
+            tracing::warn!(
+                result = RESULTS[i],
+                node = e.node(),
+                error = %e,
+                "expiremap-redis: a call failed"
+            );
         }
     }
 

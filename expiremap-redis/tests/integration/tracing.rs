@@ -223,7 +223,7 @@ fn loads_and_lease_waits_have_spans_failures_warn_and_near_hits_are_silent() {
         call.contains("a call failed")
             && call.contains("result=error")
             && call.contains(&format!(
-                "server 127.0.0.1:{}",
+                "node=server 127.0.0.1:{}",
                 s.url().rsplit(':').next().unwrap()
             )),
         "{call}"
