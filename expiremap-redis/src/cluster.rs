@@ -63,6 +63,7 @@
 //! smol) that this crate does not bring. What a cluster adds over one server
 //! here is slot routing (CRC16, a few lines) and the slot table.
 
+use crate::codec::{self, CacheKey, CacheValue};
 use crate::connect::Config;
 use crate::error::Error;
 use crate::link::{Floor, Shared};
@@ -70,7 +71,6 @@ use crate::monitor::Counters;
 use crate::op::{Hop, Redirected};
 use crate::reply::Receiver;
 use crate::slots::{Addr, Range, Redirect, SLOTS, SlotsConn, label, slot};
-use crate::{CacheKey, CacheValue, codec};
 use expiremap::{Clock, ExpireMap, SystemClock};
 use std::io;
 use std::ops::ControlFlow;

@@ -474,12 +474,23 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// The modules stand in layers, each importing only from those below it,
+// from the bottom up: the crate's errors and counts (`error`, `monitor`);
+// bytes and TLS (`wire`); the lease waits (`waiters`); dialing and the
+// handshake (`connect`); slots and redirects (`slots`); the ops and their
+// replies (`codec`, `reply`, `script`, `op`); one connection (`link`,
+// and `expirations`' own); the cluster's links (`cluster`); fleet-wide
+// loading (`lease`); then `NearCache` (this file, `builder`, `prefix`)
+// and its async face (`nonblocking`). The list is `layers::LAYERS`, which
+// a test checks against every file; ARCHITECTURE.md draws it.
 mod builder;
 mod cluster;
 mod codec;
 mod connect;
 mod error;
 mod expirations;
+#[cfg(test)]
+mod layers;
 mod lease;
 mod link;
 mod monitor;
@@ -487,10 +498,13 @@ mod nonblocking;
 mod op;
 mod prefix;
 mod reply;
+mod script;
 mod slots;
+mod waiters;
 mod wire;
 
 pub use builder::{Builder, DEFAULT_LEASE_TTL};
+pub use codec::{CacheKey, CacheValue};
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
@@ -499,28 +513,9 @@ use cluster::Links;
 use expirations::Expirations;
 use expiremap::ExpireMap;
 use prefix::PrefixClaim;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use std::fmt;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What a key of a [`NearCache`] must be: hashable, cloneable and
-/// serde-encodable. Implemented for every such type.
-pub trait CacheKey:
-    Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
-{
-}
-impl<T> CacheKey for T where
-    T: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
-{
-}
-
-/// What a value of a [`NearCache`] must be: cloneable and serde-encodable.
-/// Implemented for every such type.
-pub trait CacheValue: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
-impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
 
 /// A near cache in front of Redis. See the [crate docs](crate) for the
 /// coherence protocol and the staleness bound.
@@ -544,7 +539,7 @@ pub struct NearCache<K, V> {
     /// Fleet-wide loading: the lease TTL (`None`: leases off).
     lease_ttl: Option<Duration>,
     /// The callers waiting for a lease held elsewhere (shared with the links).
-    waiters: Arc<lease::Waiters>,
+    waiters: Arc<waiters::Waiters>,
     /// The Redis tier's counts (shared with the links).
     monitor: Arc<monitor::Counters>,
     /// Its entry in the process's table of prefixes in use.
@@ -732,6 +727,31 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
             })?;
         }
         Ok(v)
+    }
+
+    /// The Redis name a lease wait listens on: the key's, which holds the
+    /// lease while it is loaded.
+    pub(crate) fn lease_name(&self, key: &K) -> Result<Vec<u8>, Error> {
+        Ok(codec::redis_key(&self.prefix, key)?)
+    }
+
+    /// The load of a missing key under a lease
+    /// ([`lease::Loader::load_leased`]): `init` runs only in the lease's
+    /// holder, anywhere in the fleet.
+    fn load_leased<E: From<Error>>(
+        &self,
+        key: &K,
+        ttl: Duration,
+        lease_ttl: Duration,
+        init: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        let loader = lease::Loader {
+            links: &self.links,
+            prefix: &self.prefix,
+            waiters: &self.waiters,
+            monitor: &self.monitor,
+        };
+        loader.load_leased(key, ttl, lease_ttl, init)
     }
 
     /// A reader of the near copies' events (see the crate docs, *Events*).

@@ -45,13 +45,13 @@
 //! * The stream is plain TCP or TLS ([`crate::wire`]); nothing here depends
 //!   on which.
 
-use crate::codec;
+use crate::codec::{self, CacheKey, CacheValue};
 use crate::connect::{Config, cluster_enabled, dial, handshake, hello, server_major};
 use crate::error::Error;
-use crate::lease;
 use crate::monitor::Counters;
 use crate::op::{self, Hop, Op, Reply};
 use crate::reply::{self, Receiver};
+use crate::script::{self, FETCH, LEASE, Leased, RELEASE, STAGE, STORE, staging_of};
 use crate::wire::{ReadHalf, WriteHalf};
 use expiremap::{Clock, ExpireMap, SystemClock};
 use redis::{Parser, PushKind, Value};
@@ -66,19 +66,6 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::Waker;
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
-
-/// Reads a key's value and its remaining time in one round trip, atomically.
-/// A missing key reads as `false` (GET) and `-2` (PTTL), and so does a key
-/// that holds a lease (a hash with a `lease` field: see `lease`); a key of
-/// another type is an error (`WRONGTYPE`). Sent as `EVAL_RO`
-/// where the server has it (Redis 7 and later, Valkey): a read-only script
-/// is not held up by `CLIENT PAUSE ... WRITE` (failovers use it), nor
-/// refused by a read-only replica. Plain `EVAL` on Redis 6.2.
-const FETCH: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
-if t == 'string' then return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])} end \
-if t == 'none' or (t == 'hash' and redis.call('HEXISTS', KEYS[1], 'lease') == 1) then \
-return {false, -2} end \
-return redis.error_reply('WRONGTYPE the key holds neither a value nor a lease')";
 
 /// Redis keeps deadlines in whole milliseconds of its clock, read when the
 /// command runs: the server may expire a key up to 1 ms before `sent + ttl`
@@ -477,11 +464,11 @@ where
         })
     }
 
-    /// [`lease::REMOVE`]: `GETDEL name`, or the lease held on it deleted.
+    /// [`script::REMOVE`]: `GETDEL name`, or the lease held on it deleted.
     pub(crate) fn del(&self, key: &K, hop: Hop) -> Result<Receiver<Option<V>>, Error> {
         let name = codec::redis_key(&self.cfg.prefix, key)?;
         let cmd = redis::cmd("EVAL")
-            .arg(lease::REMOVE)
+            .arg(script::REMOVE)
             .arg(1)
             .arg(name)
             .get_packed_command();
@@ -892,6 +879,176 @@ where
         if let Some(h) = reader.take() {
             let _ = h.join();
         }
+    }
+}
+
+impl<K: CacheKey, V: CacheValue> Shared<K, V> {
+    /// The first `MULTI` op waiting after a refused command keeps its
+    /// error, naming the op's step.
+    pub(crate) fn queue_refused(&self, e: &redis::ServerError) {
+        if let Some(conn) = self.link().as_mut()
+            && let Some(Op::Set { aborted, step, .. }) = conn
+                .pending
+                .iter_mut()
+                .find(|op| matches!(op, Op::Set { .. }))
+        {
+            aborted.get_or_insert_with(|| op::at_step(e, step));
+        }
+    }
+
+    /// The reply of a miss's read (the value and its PTTL), keeping a near
+    /// copy; also the value of [`LEASE`]'s reply.
+    pub(crate) fn fetched(&self, key: K, sent: u64, reply: Value) -> Result<Option<V>, Error> {
+        let bad = |what: &Value| Error::Protocol(format!("fetch script answered {what:?}"));
+        let Value::Array(items) = &reply else {
+            self.near.remove(&key);
+            return Err(bad(&reply));
+        };
+        let (value, pttl) = match items.as_slice() {
+            [v, Value::Int(pttl)] => (v, *pttl),
+            _ => {
+                self.near.remove(&key);
+                return Err(bad(&reply));
+            }
+        };
+        match value {
+            Value::BulkString(bytes) => match codec::decode_value::<V>(bytes) {
+                Ok(v) => {
+                    let ttl = match pttl {
+                        -1 => None,
+                        ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+                        // Gone between GET and PTTL cannot happen in a script;
+                        // keep no copy if it does.
+                        _ => Some(Duration::ZERO),
+                    };
+                    self.store(key, v.clone(), sent, ttl);
+                    Ok(Some(v))
+                }
+                Err(e) => {
+                    self.near.remove(&key);
+                    Err(e.into())
+                }
+            },
+            Value::Nil | Value::Boolean(false) => {
+                self.near.remove(&key);
+                Ok(None)
+            }
+            _ => {
+                self.near.remove(&key);
+                Err(bad(&reply))
+            }
+        }
+    }
+
+    /// Wakes the lease waits on `key` (after our own write of it, of which
+    /// `NOLOOP` sends us no invalidation).
+    pub(crate) fn wake_key(&self, key: &K) {
+        if self.cfg.waiters.active()
+            && let Ok(name) = codec::redis_key(&self.cfg.prefix, key)
+        {
+            self.cfg.waiters.wake(&name);
+        }
+    }
+
+    /// [`LEASE`] with `token`, for `lease_ttl`.
+    pub(crate) fn lease(
+        &self,
+        key: &K,
+        token: &str,
+        lease_ttl: Duration,
+        hop: Hop,
+    ) -> Result<Receiver<Leased<V>>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, key)?;
+        let ms = lease_ttl.as_millis().clamp(1, MAX_PX_MS) as u64;
+        let cmd = redis::cmd("EVAL")
+            .arg(LEASE)
+            .arg(1)
+            .arg(name)
+            .arg(token)
+            .arg(ms)
+            .get_packed_command();
+        self.call(&cmd, hop, |sent, tx| Op::Lease {
+            key: key.clone(),
+            sent,
+            tx,
+        })
+    }
+
+    /// The holder's store: `value` lands only while `token` holds the
+    /// lease; `Ok(false)` if the lease was void. A `MULTI` of [`STAGE`]
+    /// and `RENAME staging key`, whose write of the key `NOLOOP` keeps from
+    /// echoing (see the module docs); [`STORE`], on the key alone, in a
+    /// slot in migration (`hop.single`) or where the server refuses
+    /// `MULTI` to this user.
+    pub(crate) fn store_leased(
+        &self,
+        key: K,
+        value: V,
+        ttl: Duration,
+        token: &str,
+        hop: Hop,
+    ) -> Result<Receiver<bool>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, &key)?;
+        let bytes = codec::encode_value(&value)?;
+        let ms = ttl.as_nanos().div_ceil(1_000_000).clamp(1, MAX_PX_MS) as u64;
+        let (cmd, skipped, step) = if hop.single || !self.multi() {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(STORE).arg(1).arg(name);
+            cmd.arg(token).arg(bytes).arg(ms);
+            (cmd.get_packed_command(), 0, op::LEASE_STORE_ONE)
+        } else {
+            let staging = staging_of(&name, token);
+            let mut stage = redis::cmd("EVAL");
+            stage.arg(STAGE).arg(2).arg(&name).arg(&staging);
+            stage.arg(token).arg(bytes).arg(ms);
+            let rename = redis::cmd("RENAME").arg(staging).arg(name).clone();
+            (op::transaction(&[&stage, &rename]), 3, op::LEASE_STORE)
+        };
+        self.call_after(&cmd, hop, skipped, |sent, tx| Op::Set {
+            key,
+            value,
+            ttl,
+            sent,
+            tx,
+            step,
+            aborted: None,
+        })
+    }
+
+    /// [`RELEASE`]: gives up the lease `token` holds, if it still does. A
+    /// redirect in its reply is handed to `redirected` (by the reader).
+    pub(crate) fn release(
+        &self,
+        key: &K,
+        token: &str,
+        hop: Hop,
+        redirected: Option<op::Redirected>,
+    ) -> Result<Receiver<()>, Error> {
+        let name = codec::redis_key(&self.cfg.prefix, key)?;
+        let cmd = redis::cmd("EVAL")
+            .arg(RELEASE)
+            .arg(1)
+            .arg(name)
+            .arg(token)
+            .get_packed_command();
+        self.call(&cmd, hop, |_, tx| Op::Release { tx, redirected })
+    }
+
+    /// The reply of [`LEASE`].
+    pub(crate) fn leased(&self, key: K, sent: u64, reply: Value) -> Result<Leased<V>, Error> {
+        if let Value::Array(items) = &reply
+            && let [Value::Nil | Value::Boolean(false), Value::Int(n)] = items.as_slice()
+        {
+            return Ok(match *n {
+                -3 => Leased::Mine,
+                ms if ms >= 0 => Leased::Held(Some(Duration::from_millis(ms as u64))),
+                _ => Leased::Held(None),
+            });
+        }
+        Ok(match self.fetched(key, sent, reply)? {
+            Some(v) => Leased::Value(v),
+            None => Leased::Held(None),
+        })
     }
 }
 
