@@ -17,8 +17,8 @@ export MIRIFLAGS="${MIRIFLAGS:--Zmiri-strict-provenance}"
 # core (Miri interprets on one thread), split so that each takes about half:
 # four model tests take 130 s of the 180.
 idle=map::tests::an_idle_shard_evicts_at_the_effective_deadline
-a=(broadcast clock map::table map::shard "$idle")
-b=(map:: --skip map::table --skip map::shard --skip "$idle")
+a=(broadcast clock map::store "$idle")
+b=(map:: --skip map::store --skip "$idle")
 both() {
   local dir ra=0 rb=0
   dir=$(mktemp -d)

@@ -19,8 +19,8 @@ export RUSTFLAGS="-Zsanitizer=thread"
 # 120 s under it. So does tests/memory.rs's count of bytes per entry (no
 # eviction thread; 50 s under it). The native test step runs them.
 single=(
-  map::table::tests::growth_step_by_step_keeps_every_entry_findable
-  map::table::tests::random_ops_match_model
+  map::store::table::tests::growth_step_by_step_keeps_every_entry_findable
+  map::store::table::tests::random_ops_match_model
   map::tests::a_phased_shard_evicts_exactly_like_an_unphased_one
   map::tests::an_idle_shard_evicts_at_the_effective_deadline
   map::tests::bounded_shard_random_ops_keep_the_bound_and_every_value

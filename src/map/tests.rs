@@ -1,7 +1,7 @@
 //! Shard-level tests: random operations on one shard with `validate()` (table
 //! and wheel agree, every timer tick matches its entry's deadline) after each.
 
-use super::shard::{Door, PutOutcome, Shard};
+use super::store::shard::{Door, PutOutcome, Shard};
 use std::collections::HashMap;
 
 const P: u64 = 1 << SHIFT;
@@ -171,7 +171,7 @@ fn take_all_leaves_an_empty_shard_and_drains_everything() {
 
 #[test]
 fn tick_shift_rounds_precision_down_to_a_power_of_two() {
-    use super::shard::tick_shift;
+    use super::store::shard::tick_shift;
     assert_eq!(tick_shift(1_000_000), 19); // 1 ms -> 524,288 ns
     assert_eq!(tick_shift(1 << 20), 20);
     assert_eq!(tick_shift((1 << 20) - 1), 19);
@@ -399,7 +399,7 @@ fn get_returns_the_exact_deadline() {
 
 #[test]
 fn phases_spread_the_shards_over_the_slots_of_levels_one_to_five() {
-    use super::shard::phase;
+    use super::store::shard::phase;
     const REPEAT: u64 = 1 + 64 + 4096 + 262_144 + 16_777_216;
     // 16 shards: 4 ticks apart over the 64 ticks of a level-1 slot, 260
     // apart over the 4,096 of a level-2 slot, and so on to level 5.

@@ -4,7 +4,7 @@
 //! links and deadlines live in a store the caller passes in through the
 //! [`Links`] trait. [`TimerWheel`](super::TimerWheel) pairs it with a slab of
 //! generational nodes; the map's shards pair it with a slab of compact
-//! entries that carry their own links (`map::shard`), so one entry is one
+//! entries that carry their own links (`map::store::shard`), so one entry is one
 //! node with no second payload wrapper. The algorithm is described in the
 //! [module docs](super).
 

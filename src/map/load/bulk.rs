@@ -48,12 +48,12 @@
 //!   registered (their waiters look again), waits, and looks again with
 //!   `load` unused.
 
-use super::expiry::Ttl;
 use super::flight::{self, Ended, Flight, FlightGuard, Kind};
-use super::monitor::LoadKind;
-use super::shard::{Home, Shard};
-use super::table::prefetch_line;
-use super::{ExpireMap, Inner};
+use crate::map::expiry::Ttl;
+use crate::map::monitor::LoadKind;
+use crate::map::store::shard::{Home, Shard};
+use crate::map::store::table::prefetch_line;
+use crate::map::{ExpireMap, Inner};
 use crate::sync::{Arc, RwLock, unmodeled};
 use std::borrow::Borrow;
 use std::convert::Infallible;

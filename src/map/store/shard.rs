@@ -36,9 +36,9 @@
 //! * `out`: what leaves a shard, by which door;
 //! * `iter`: the locked spans iteration and `retain` walk.
 
-use super::policy::{Bound, Budget};
 pub(crate) use super::table::Home;
 use super::table::{Probe, Table};
+use crate::map::policy::{Bound, Budget};
 use crate::sync::{AtomicU32, Ordering, with_mut_u32};
 use crate::timer::{Links, Lists};
 use std::borrow::Borrow;
@@ -145,7 +145,7 @@ pub(crate) struct Shard<K, V> {
     entries: Entries<K, V>,
     /// The loads and updates in flight for keys of this shard (see
     /// `map::load`); the shard only keeps them, across `take_all` too.
-    pub(crate) flights: Vec<crate::sync::Arc<super::flight::Flight<K, V>>>,
+    pub(crate) flights: Vec<crate::sync::Arc<crate::map::load::flight::Flight<K, V>>>,
     /// Which nodes were written while an optimistic reader (`retain`)
     /// watches.
     pub(crate) changes: Changes,
@@ -689,13 +689,13 @@ impl<K, V> Shard<K, V> {
         key: &Q,
         deadline: u64,
         now: u64,
-        cond: super::ExpireIf,
+        cond: crate::map::ExpireIf,
     ) -> Option<u64>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        use super::ExpireIf;
+        use crate::map::ExpireIf;
         let slab = &self.entries.slab;
         let index = self.table.find(hash as u32, is_key(slab, key))?;
         let old = slab.live_until(index);
