@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 ];
 
 /// The top layer (see [`LAYERS`]).
-const TOP: &[&str] = &["prefix", "lib", "builder", "nonblocking", "layers"];
+const TOP: &[&str] = &["prefix", "lib", "builder", "load", "nonblocking", "layers"];
 
 /// Where `module` stands: its place in [`LAYERS`] (`usize::MAX` for the
 /// top layer), or `None` if it is in no layer.

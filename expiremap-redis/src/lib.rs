@@ -474,15 +474,10 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// The modules stand in layers, each importing only from those below it,
-// from the bottom up: the crate's errors and counts (`error`, `monitor`);
-// bytes and TLS (`wire`); the lease waits (`waiters`); dialing and the
-// handshake (`connect`); slots and redirects (`slots`); the ops and their
-// replies (`codec`, `reply`, `script`, `op`); one connection (`link`,
-// and `expirations`' own); the cluster's links (`cluster`); fleet-wide
-// loading (`lease`); then `NearCache` (this file, `builder`, `prefix`)
-// and its async face (`nonblocking`). The list is `layers::LAYERS`, which
-// a test checks against every file; ARCHITECTURE.md draws it.
+// The modules stand in layers, each importing only from those below it
+// (the list is `layers::LAYERS`, which a test checks against every file;
+// ARCHITECTURE.md draws it): `NearCache` (this file, `builder`, `load`,
+// `prefix`) and its async face (`nonblocking`) are the top one.
 mod builder;
 mod cluster;
 mod codec;
@@ -493,6 +488,7 @@ mod expirations;
 mod layers;
 mod lease;
 mod link;
+mod load;
 mod monitor;
 mod nonblocking;
 mod op;
@@ -701,57 +697,6 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
                 span.end(r.is_ok());
                 r
             })
-    }
-
-    /// The leader's load (of [`try_get_or_insert_with`](Self::try_get_or_insert_with)):
-    /// Redis once more (a value may have come since), then `init`.
-    fn load<E: From<Error>>(
-        &self,
-        key: &K,
-        ttl: Duration,
-        init: impl FnOnce() -> Result<V, E>,
-    ) -> Result<V, E> {
-        if let Some(lease_ttl) = self.lease_ttl {
-            return self.load_leased(key, ttl, lease_ttl, init);
-        }
-        let fetched = self
-            .links
-            .run(key, &self.prefix, |l, hop| l.fetch(key, hop))?;
-        if let Some(v) = fetched {
-            return Ok(v);
-        }
-        let v = init()?;
-        if !ttl.is_zero() {
-            self.links.run(key, &self.prefix, |l, hop| {
-                l.set(key.clone(), v.clone(), ttl, true, hop)
-            })?;
-        }
-        Ok(v)
-    }
-
-    /// The Redis name a lease wait listens on: the key's, which holds the
-    /// lease while it is loaded.
-    pub(crate) fn lease_name(&self, key: &K) -> Result<Vec<u8>, Error> {
-        Ok(codec::redis_key(&self.prefix, key)?)
-    }
-
-    /// The load of a missing key under a lease
-    /// ([`lease::Loader::load_leased`]): `init` runs only in the lease's
-    /// holder, anywhere in the fleet.
-    fn load_leased<E: From<Error>>(
-        &self,
-        key: &K,
-        ttl: Duration,
-        lease_ttl: Duration,
-        init: impl FnOnce() -> Result<V, E>,
-    ) -> Result<V, E> {
-        let loader = lease::Loader {
-            links: &self.links,
-            prefix: &self.prefix,
-            waiters: &self.waiters,
-            monitor: &self.monitor,
-        };
-        loader.load_leased(key, ttl, lease_ttl, init)
     }
 
     /// A reader of the near copies' events (see the crate docs, *Events*).
