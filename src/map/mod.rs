@@ -4,9 +4,9 @@
 //! # Ground rules
 //!
 //! * Each shard is one write-preferring `parking_lot::RwLock` over a
-//!   [`Shard`](store::shard::Shard) (hash table + timer wheel). `get`, `ttl` and
-//!   `contains_key` take the read lock; everything that changes an entry takes
-//!   the write lock.
+//!   [`Shard`](store::shard::Shard) (hash table + timer wheel). `get`,
+//!   `ttl` and `contains_key` take the read lock; everything that changes
+//!   an entry takes the write lock.
 //! * The key's hash is computed before any lock is taken. Under a lock the
 //!   only user code is `Eq` (lookups, and finding a key's flight) and the
 //!   clones the crate docs list (`get`, loading, `update`'s read,
@@ -19,8 +19,8 @@
 //!   under its write lock (`load::flight`: a load and an update per key at
 //!   most, waits that never close a cycle).
 //! * The eviction thread and the shards meet only through
-//!   [`Signal`](leave::evictor::Signal) and the shard locks; its loop and passes
-//!   live in `leave::evictor`, with the wake-up protocol.
+//!   [`Signal`](leave::evictor::Signal) and the shard locks; its loop and
+//!   passes live in `leave::evictor`, with the wake-up protocol.
 //! * Events are built only when someone is subscribed; an unsubscribed map
 //!   never allocates the event ring.
 //!
