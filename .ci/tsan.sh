@@ -19,16 +19,16 @@ export RUSTFLAGS="-Zsanitizer=thread"
 # 120 s under it. So does tests/memory.rs's count of bytes per entry (no
 # eviction thread; 50 s under it). The native test step runs them.
 single=(
-  map::table::tests::growth_step_by_step_keeps_every_entry_findable
-  map::table::tests::random_ops_match_model
-  map::tests::a_phased_shard_evicts_exactly_like_an_unphased_one
-  map::tests::an_idle_shard_evicts_at_the_effective_deadline
-  map::tests::bounded_shard_random_ops_keep_the_bound_and_every_value
-  map::tests::shard_random_ops_keep_table_and_wheel_consistent
-  timer::tests::model_default_r_one_million_ops
-  timer::tests::model_r1_hitime
-  timer::tests::model_r2_r3_r5
-  timer::tests::model_r6
+  map::store::table::grow::tests::growth_step_by_step_keeps_every_entry_findable
+  map::store::table::tests::random_ops_match_model
+  map::tests::shard::a_phased_shard_evicts_exactly_like_an_unphased_one
+  map::tests::shard::an_idle_shard_evicts_at_the_effective_deadline
+  map::tests::bound::bounded_shard_random_ops_keep_the_bound_and_every_value
+  map::tests::shard::shard_random_ops_keep_table_and_wheel_consistent
+  timer::tests::model::model_default_r_one_million_ops
+  timer::tests::model::model_r1_hitime
+  timer::tests::model::model_r2_r3_r5
+  timer::tests::model::model_r6
   bytes_per_entry_stay_within_the_documented_bound
 )
 # The shadow models run a fifth of their debug-build operations here

@@ -23,11 +23,31 @@
 //! found by decoding that name. [`redis_key`] refuses a key that does not,
 //! before anything is sent or stored (serde's untagged and internally
 //! tagged enums, `skip_serializing_if`, and the like).
+//!
+//! What a key and a value of a cache must be ([`CacheKey`], [`CacheValue`])
+//! is said here, where they are encoded: every layer above names them.
 
 use crate::error::CodecError;
 use postcard::de_flavors::Flavor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::hash::Hash;
+
+/// What a key of a [`NearCache`](crate::NearCache) must be: hashable,
+/// cloneable and serde-encodable. Implemented for every such type.
+pub trait CacheKey:
+    Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+}
+impl<T> CacheKey for T where
+    T: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+/// What a value of a [`NearCache`](crate::NearCache) must be: cloneable
+/// and serde-encodable. Implemented for every such type.
+pub trait CacheValue: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
+impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
 use std::cell::Cell;
 use std::panic::{self, AssertUnwindSafe};
 

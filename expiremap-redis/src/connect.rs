@@ -5,7 +5,7 @@
 //! ([`crate::expirations`]).
 
 use crate::error::Error;
-use crate::wire::{self, ReadHalf, WriteHalf};
+use crate::wire::{self, ReadHalf, WriteHalf, is_timeout, no_answer};
 use redis::{ConnectionAddr, Parser, PushKind, Value};
 use std::fmt;
 use std::io;
@@ -36,7 +36,7 @@ pub(crate) struct Config {
     pub(crate) cluster: bool,
     /// The callers waiting for leases held elsewhere, shared by every link
     /// of the cache (clones share it).
-    pub(crate) waiters: Arc<crate::lease::Waiters>,
+    pub(crate) waiters: Arc<crate::waiters::Waiters>,
     /// The Redis tier's counts, shared by every link of the cache (clones
     /// share it; see [`crate::monitor`]).
     pub(crate) monitor: Arc<crate::monitor::Counters>,
@@ -250,27 +250,6 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
         return wire::tls(stream, config, &cfg.host);
     }
     wire::plain(stream)
-}
-
-/// `true` for the error of a socket read or write that timed out (Unix
-/// says `WouldBlock`, "Resource temporarily unavailable", for a socket
-/// timeout).
-pub(crate) fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-    )
-}
-
-/// The error of a step of connecting (or of asking for the slot table)
-/// that got no answer within the connect timeout `t` (a socket's timeout,
-/// `None` if it has none): kind `TimedOut`, so [`Error::is_timeout`].
-pub(crate) fn no_answer(what: &str, t: Option<Duration>) -> Error {
-    let t = t.map_or_else(String::new, |t| format!(" ({t:?})"));
-    Error::connection(
-        io::ErrorKind::TimedOut,
-        &format!("{what}: no answer within the connect timeout{t}"),
-    )
 }
 
 /// A server's error reply as the server wrote it (`NOPERM this user

@@ -474,23 +474,33 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// The modules stand in layers, each importing only from those below it
+// (the list is `layers::LAYERS`, which a test checks against every file;
+// ARCHITECTURE.md draws it): `NearCache` (this file, `builder`, `load`,
+// `prefix`) and its async face (`nonblocking`) are the top one.
 mod builder;
 mod cluster;
 mod codec;
 mod connect;
 mod error;
 mod expirations;
+#[cfg(test)]
+mod layers;
 mod lease;
 mod link;
+mod load;
 mod monitor;
 mod nonblocking;
 mod op;
 mod prefix;
 mod reply;
+mod script;
 mod slots;
+mod waiters;
 mod wire;
 
 pub use builder::{Builder, DEFAULT_LEASE_TTL};
+pub use codec::{CacheKey, CacheValue};
 pub use error::{CodecError, Error};
 pub use expiremap::broadcast;
 pub use expiremap::{Cause, Event, SubscribeError, Subscriber};
@@ -499,28 +509,9 @@ use cluster::Links;
 use expirations::Expirations;
 use expiremap::ExpireMap;
 use prefix::PrefixClaim;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use std::fmt;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What a key of a [`NearCache`] must be: hashable, cloneable and
-/// serde-encodable. Implemented for every such type.
-pub trait CacheKey:
-    Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
-{
-}
-impl<T> CacheKey for T where
-    T: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
-{
-}
-
-/// What a value of a [`NearCache`] must be: cloneable and serde-encodable.
-/// Implemented for every such type.
-pub trait CacheValue: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
-impl<T> CacheValue for T where T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
 
 /// A near cache in front of Redis. See the [crate docs](crate) for the
 /// coherence protocol and the staleness bound.
@@ -544,7 +535,7 @@ pub struct NearCache<K, V> {
     /// Fleet-wide loading: the lease TTL (`None`: leases off).
     lease_ttl: Option<Duration>,
     /// The callers waiting for a lease held elsewhere (shared with the links).
-    waiters: Arc<lease::Waiters>,
+    waiters: Arc<waiters::Waiters>,
     /// The Redis tier's counts (shared with the links).
     monitor: Arc<monitor::Counters>,
     /// Its entry in the process's table of prefixes in use.
@@ -706,32 +697,6 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
                 span.end(r.is_ok());
                 r
             })
-    }
-
-    /// The leader's load (of [`try_get_or_insert_with`](Self::try_get_or_insert_with)):
-    /// Redis once more (a value may have come since), then `init`.
-    fn load<E: From<Error>>(
-        &self,
-        key: &K,
-        ttl: Duration,
-        init: impl FnOnce() -> Result<V, E>,
-    ) -> Result<V, E> {
-        if let Some(lease_ttl) = self.lease_ttl {
-            return self.load_leased(key, ttl, lease_ttl, init);
-        }
-        let fetched = self
-            .links
-            .run(key, &self.prefix, |l, hop| l.fetch(key, hop))?;
-        if let Some(v) = fetched {
-            return Ok(v);
-        }
-        let v = init()?;
-        if !ttl.is_zero() {
-            self.links.run(key, &self.prefix, |l, hop| {
-                l.set(key.clone(), v.clone(), ttl, true, hop)
-            })?;
-        }
-        Ok(v)
     }
 
     /// A reader of the near copies' events (see the crate docs, *Events*).

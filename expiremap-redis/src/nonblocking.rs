@@ -9,8 +9,9 @@
 //! bytes, so that no `Hash` or `Eq` of the user's key runs under its lock.
 
 use crate::error::Error;
-use crate::lease::{self, Leased};
+use crate::lease;
 use crate::monitor::{self, Counters};
+use crate::script::{self, Leased};
 use crate::{CacheKey, CacheValue, NearCache, codec};
 use std::any::Any;
 use std::collections::HashMap;
@@ -263,11 +264,12 @@ impl<K: CacheKey, V: CacheValue> NearCache<K, V> {
         E: From<Error>,
     {
         let name = self.lease_name(key)?;
-        let token = lease::token();
+        let token = script::token();
         // Armed while a take is in flight too (see `load_leased`): a take
         // that fails, or whose future is dropped, may still land.
         let mut release = lease::Release {
-            cache: self,
+            links: &self.links,
+            prefix: &self.prefix,
             key,
             token: &token,
             armed: false,

@@ -7,8 +7,8 @@
 
 use crate::connect::server_error;
 use crate::error::Error;
-use crate::lease::Leased;
 use crate::reply;
+use crate::script::Leased;
 use crate::slots::Redirect;
 use redis::Value;
 use std::task::Waker;
@@ -68,14 +68,14 @@ pub(crate) enum Op<K, V> {
         key: K,
         tx: Reply<Option<V>>,
     },
-    /// [`crate::lease::LEASE`]: the value, or the lease, or how long it is
+    /// [`crate::script::LEASE`]: the value, or the lease, or how long it is
     /// held.
     Lease {
         key: K,
         sent: u64,
         tx: Reply<Leased<V>>,
     },
-    /// [`crate::lease::RELEASE`].
+    /// [`crate::script::RELEASE`].
     Release {
         tx: Reply<()>,
         /// Follows a redirect in its reply.

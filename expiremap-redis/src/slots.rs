@@ -11,7 +11,7 @@
 
 use crate::connect::{self, Config};
 use crate::error::Error;
-use crate::wire::{ReadHalf, WriteHalf};
+use crate::wire::{self, ReadHalf, WriteHalf};
 use redis::{Parser, Value};
 use std::io;
 use std::time::Duration;
@@ -221,7 +221,7 @@ impl SlotsConn {
             .map_err(Error::io)?;
         let reply = self.parser.parse_value(&mut self.read).map_err(|e| {
             if e.is_timeout() {
-                connect::no_answer("waiting for the reply to CLUSTER SLOTS", Some(self.timeout))
+                wire::no_answer("waiting for the reply to CLUSTER SLOTS", Some(self.timeout))
             } else {
                 Error::connection(io::ErrorKind::InvalidData, &e.to_string())
             }

@@ -101,9 +101,9 @@ pub(crate) fn tls(
                 ));
             }
             Ok(_) => {}
-            Err(e) if crate::connect::is_timeout(&e) => {
+            Err(e) if is_timeout(&e) => {
                 let t = tcp.read_timeout().ok().flatten();
-                return Err(crate::connect::no_answer("TLS handshake", t));
+                return Err(no_answer("TLS handshake", t));
             }
             Err(e) => {
                 return Err(Error::connection(e.kind(), &format!("TLS handshake: {e}")));
@@ -379,4 +379,25 @@ pub(crate) fn client_config(ca_pem: Option<&[u8]>) -> Result<Arc<rustls::ClientC
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// `true` for the error of a socket read or write that timed out (Unix
+/// says `WouldBlock`, "Resource temporarily unavailable", for a socket
+/// timeout).
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
+/// The error of a step of connecting (or of asking for the slot table)
+/// that got no answer within the connect timeout `t` (a socket's timeout,
+/// `None` if it has none): kind `TimedOut`, so [`Error::is_timeout`].
+pub(crate) fn no_answer(what: &str, t: Option<Duration>) -> Error {
+    let t = t.map_or_else(String::new, |t| format!(" ({t:?})"));
+    Error::connection(
+        io::ErrorKind::TimedOut,
+        &format!("{what}: no answer within the connect timeout{t}"),
+    )
 }

@@ -1,5 +1,5 @@
 //! loom models of `expiremap-redis`'s lease waits: the wait machinery of
-//! `expiremap-redis/src/lease/wait.rs`, included here as it is, over
+//! `expiremap-redis/src/waiters/wait.rs`, included here as it is, over
 //! loom's primitives (see "Why no wake-up is lost" in
 //! `expiremap-redis/src/lease.rs`). The network is not modelled: a
 //! waiter registers, then "sends" its `LEASE` by queueing an op under the
@@ -9,7 +9,7 @@
 //! one is a deadlock report. See `../README.md`.
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../expiremap-redis/src/lease/wait.rs"]
+#[path = "../../expiremap-redis/src/waiters/wait.rs"]
 mod wait;
 
 /// What `wait.rs` runs on here: loom's primitives and a clock that never

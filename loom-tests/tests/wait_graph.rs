@@ -1,5 +1,5 @@
 //! loom model of the handshake between a flight's end and a waiter
-//! entering the process-wide graph of waits (`src/map/flight.rs`, `graph`).
+//! entering the process-wide graph of waits (`src/map/load/flight.rs`, `graph`).
 //! The graph itself runs on `sync::unmodeled` primitives, which loom does
 //! not see, so this model copies the handshake onto loom's: a flight's
 //! `graph` word (bits `OVER`, `LINKED`), the graph's mutex, and the links

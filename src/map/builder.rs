@@ -1,6 +1,6 @@
 //! [`Builder`] and its validated [`Config`].
 
-use super::refresh::Spawner;
+use super::load::refresh::Spawner;
 use super::{ExpireMap, Expiry, Time};
 use crate::clock::{Clock, SystemClock};
 pub use crate::error::BuildError;

@@ -13,8 +13,8 @@
 //! always the one it computed from the entry it replaces.
 
 use super::ExpireMap;
-use super::flight;
-use super::shard::Door;
+use super::load::flight;
+use super::store::shard::Door;
 use super::write::{NotStored, PutIf};
 use crate::clock::Time;
 use std::fmt;

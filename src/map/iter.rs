@@ -3,7 +3,7 @@
 //! # Ground rules
 //!
 //! * Shards are visited one at a time, each in spans of [`SPAN`] slab
-//!   indices (see `shard::iter`: an entry keeps its slab index for its whole
+//!   indices (see `store::shard::iter`: an entry keeps its slab index for its whole
 //!   life, so a walk over increasing indices meets an entry held throughout
 //!   exactly once, however the table grows or shifts meanwhile).
 //! * A span is read under the shard's *read* lock, with the time read under
@@ -25,11 +25,11 @@
 //!   [`RETAIN_TRIES`] times; one whose key has an update in flight is
 //!   treated as changed, and waited for.
 //!
-//! [`Changes`]: super::shard::Changes
+//! [`Changes`]: super::store::shard::Changes
 
 use super::ExpireMap;
-use super::flight;
-use super::shard::{Door, Removed};
+use super::load::flight;
+use super::store::shard::{Door, Removed};
 use crate::unwind::{Panic, Panics, clone_pair, resume_after_unlock};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -456,9 +456,9 @@ where
 /// (`place`, while registered). Dropped while registered (nothing to
 /// remove, or `f` or a clone panicked), it unregisters under the read lock.
 ///
-/// [`Changes`]: super::shard::Changes
+/// [`Changes`]: super::store::shard::Changes
 struct Watch<'a, K, V> {
-    lock: &'a crate::sync::biased::RwLock<super::shard::Shard<K, V>>,
+    lock: &'a crate::sync::biased::RwLock<super::store::shard::Shard<K, V>>,
     place: Option<usize>,
 }
 

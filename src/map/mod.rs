@@ -4,7 +4,7 @@
 //! # Ground rules
 //!
 //! * Each shard is one write-preferring reader-writer lock over a
-//!   [`Shard`](shard::Shard) (hash table + timer wheel):
+//!   [`Shard`](store::shard::Shard) (hash table + timer wheel):
 //!   [`sync::biased::RwLock`], `parking_lot`'s raw lock whose reads write
 //!   nothing shared while no write has come for a while (read-biased).
 //!   `get`, `ttl` and `contains_key` take the read lock; everything that
@@ -19,57 +19,47 @@
 //!   code under a lock at all, and catches panics from user `Drop` code it
 //!   runs.
 //! * Loads and updates in flight are registered in their key's shard,
-//!   under its write lock (`flight`: a load and an update per key at
+//!   under its write lock (`load::flight`: a load and an update per key at
 //!   most, waits that never close a cycle).
 //! * The eviction thread and the shards meet only through
-//!   [`Signal`](evictor::Signal) and the shard locks; its loop and passes
-//!   live in `evictor`, with the wake-up protocol.
+//!   [`Signal`](leave::evictor::Signal) and the shard locks; its loop and
+//!   passes live in `leave::evictor`, with the wake-up protocol.
 //! * Events are built only when someone is subscribed; an unsubscribed map
 //!   never allocates the event ring.
 //!
-//! # Rooms
+//! # Rooms and floors
 //!
 //! This file holds the map's types, its construction and the plain
 //! operations (`put`, `get`, `remove`, the conditional writes, `len`,
-//! `clear`, `subscribe`, `stats`). The rest, each with its own rules:
+//! `clear`, `subscribe`, `stats`). Beside it, the rooms of the map's own
+//! paths, then the floors below them, each folder's `mod.rs` saying what
+//! it owns and may call:
 //!
 //! | room | owns | may call |
 //! | --- | --- | --- |
-//! | `read` | the read path under the read lock, idle-expiry confirmation | `shard`, `Time` |
-//! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `shard`, `flight`, `doors` |
-//! | `load` | the loading surface (`get_or_insert_with` and kin, `update`) | `flight`, `write`, `read` |
-//! | `bulk` | `get_many`, `get_many_with` and kin: batches by shard, one load per batch | `read`, `load`, `flight` |
-//! | `get_with` | moka's loaders, with the map's own expiry | `load`, `refresh` |
+//! | `read` | the read path under the read lock, idle-expiry confirmation | `store`, `Time` |
+//! | `write` | `write_key` (the write lock with a key's flight in mind), the bounded and conditional put, kicks | `store`, `load::flight`, `leave` |
 //! | `expiry` | the map's own expiry: `insert`, `try_insert`, `try_put` | `write`, `read` |
-//! | `refresh` | refresh ahead: the loaders' first look and their reloads | `flight`, `load` |
-//! | `flight` | a key's flights: registration, waits, the cycle check | the `Registry` it is given (the shard lock) |
-//! | `doors` | where values leave: event routing, `clear`, shutdown | `broadcast`, `unwind` |
-//! | `evictor` | the eviction thread: its wake-ups and passes | `shard`, `doors` |
-//! | `iter` | iteration and `retain` over locked spans | `shard`, `doors` |
-//! | `shard` | one shard: table + slab + timer lists + bound, plain `&mut` code | `table`, `policy`, `crate::timer` |
-//! | `table`, `policy` | the hash table of slab indices; the bound's admission and victims | nothing of the map's |
-//! | `builder`, `event`, `stats` | the public builder, events and counters | |
+//! | `iter` | iteration and `retain` over locked spans | `store`, `leave` |
+//! | `builder`, `stats` | the public builder and counters | |
 //! | `monitor` | the `metrics` and `tracing` features: publishing the counters, watching loads | `stats`, `Time` |
+//! | `load/` | loading: the loading surface (`get_or_insert_with` and kin, `update`), a key's flights, moka's loaders, refresh ahead, the bulk reads and loads | `write`, `read`, `expiry`, `store` |
+//! | `leave/` | where values leave: event routing, `clear`, shutdown; events and subscribers; the eviction thread | `store`, `crate::broadcast` |
+//! | `store/` | one shard's storage: the shard (table + slab + timer lists + the bound's hooks) and its hash table, plain `&mut` code | `policy`, `crate::timer` |
+//! | `policy/` | the bound: the map-wide budget, each shard's admission sketch and CLOCK hand | nothing of the map's |
 //!
 //! The clock adapter the map reads time through is `crate::clock::Time`.
 
 mod builder;
-mod bulk;
-mod doors;
-mod event;
-mod evictor;
 mod expiry;
-mod flight;
-mod get_with;
 mod iter;
+mod leave;
 mod load;
 mod monitor;
 mod policy;
 mod read;
-mod refresh;
-mod shard;
 mod stats;
-mod table;
+mod store;
 mod write;
 
 pub use builder::{
@@ -77,11 +67,11 @@ pub use builder::{
     DEFAULT_MAX_SUBSCRIBERS, DEFAULT_PRECISION, MAX_EVENT_CAPACITY, MAX_PERIOD, MAX_SHARDS,
     MAX_SUBSCRIBERS, MIN_EVICTION_INTERVAL, MIN_PRECISION,
 };
-pub use bulk::BulkError;
-pub use event::{Cause, Event, Subscriber};
 pub use expiry::{Expiry, Refused};
 pub use iter::{Iter, Keys};
+pub use leave::event::{Cause, Event, Subscriber};
 pub use load::Update;
+pub use load::bulk::BulkError;
 pub use stats::Stats;
 
 /// The condition of [`ExpireMap::expire`], as in Redis `EXPIRE`.
@@ -101,14 +91,15 @@ use crate::sync::biased::RwLock;
 use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded};
 use crate::unwind::Panics;
 use builder::{Config, Weigher};
-use doors::Events;
-use evictor::Signal;
+use leave::doors::{self, Events};
+use leave::evictor::{self, Signal};
+use load::refresh;
 use policy::Budget;
 use read::Read;
-use shard::{PutOutcome, Shard};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use store::shard::{self, PutOutcome, Shard};
 use write::PutIf;
 
 use std::time::Duration;

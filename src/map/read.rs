@@ -7,7 +7,7 @@
 //! crate docs list.
 
 use super::ExpireMap;
-use super::shard::{self};
+use super::store::shard::{self};
 use crate::clock::Time;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};

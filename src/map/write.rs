@@ -2,8 +2,8 @@
 //! a key's flight in mind (`write_key`), the conditional and bounded put
 //! (`put_slow`), and when a write wakes the eviction thread.
 
-use super::flight;
-use super::shard::{self, Door, PutOutcome, Removed, Room, Shard};
+use super::load::flight;
+use super::store::shard::{self, Door, PutOutcome, Removed, Room, Shard};
 use super::{ExpireMap, Inner, nanos};
 use crate::sync::Ordering;
 use std::borrow::Borrow;

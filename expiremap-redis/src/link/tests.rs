@@ -1,5 +1,6 @@
 use super::*;
 use std::sync::mpsc;
+use std::thread;
 
 /// A link that has lost its connection before any attempt to reconnect
 /// failed (no error kept, not closed): `settled` says "reconnecting". It

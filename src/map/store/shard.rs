@@ -27,23 +27,26 @@
 //! # Rooms
 //!
 //! This file holds [`Shard`]: the table glue and the operations (lookups,
-//! puts, removal, eviction, draining). Beside it:
+//! puts, removal, draining). Beside it:
 //!
 //! * `slab`: the entries' storage ([`Entries`]: slab, free stack, timer
 //!   lists) and the slab invariant every `unsafe` read relies on;
 //! * `idle`: idle expiry's per-node records and what a lookup found;
+//! * `evict`: eviction (what is due, walking ahead, a write's share);
 //! * `bound`: the capacity bound's hooks (bounded put, making room);
 //! * `out`: what leaves a shard, by which door;
-//! * `iter`: the locked spans iteration and `retain` walk.
+//! * `iter`: the locked spans iteration and `retain` walk, and the log of
+//!   the nodes written while `retain` watches ([`Changes`]).
 
-use super::policy::{Bound, Budget};
 pub(crate) use super::table::Home;
 use super::table::{Probe, Table};
-use crate::sync::{AtomicU32, Ordering, with_mut_u32};
+use crate::map::policy::{Bound, Budget};
+use crate::sync::{Ordering, with_mut_u32};
 use crate::timer::{Links, Lists};
 use std::borrow::Borrow;
 
 mod bound;
+mod evict;
 mod idle;
 mod iter;
 mod out;
@@ -51,6 +54,7 @@ mod slab;
 
 use idle::Accesses;
 pub(crate) use idle::Found;
+pub(crate) use iter::Changes;
 pub(crate) use out::{Door, Out, PutOutcome, Removed, Room, Sink};
 pub(crate) use slab::Entry;
 use slab::{Entries, MAX_NODES, Nodes, Slab, VACANT};
@@ -145,7 +149,7 @@ pub(crate) struct Shard<K, V> {
     entries: Entries<K, V>,
     /// The loads and updates in flight for keys of this shard (see
     /// `map::load`); the shard only keeps them, across `take_all` too.
-    pub(crate) flights: Vec<crate::sync::Arc<super::flight::Flight<K, V>>>,
+    pub(crate) flights: Vec<crate::sync::Arc<crate::map::load::flight::Flight<K, V>>>,
     /// Which nodes were written while an optimistic reader (`retain`)
     /// watches.
     pub(crate) changes: Changes,
@@ -159,77 +163,6 @@ pub(crate) struct Shard<K, V> {
     /// How many ticks of no eviction make writes take due entries
     /// (`u64::MAX`, the default: never).
     writer_lag: u64,
-}
-
-/// The nodes written since optimistic readers started watching: how
-/// `retain` tells, per entry, whether the entry it showed its `f` changed
-/// before it applies `f`'s verdict.
-///
-/// A reader registers under the shard's *read* lock ([`watch`]: a relaxed
-/// increment, ordered against writers by the lock) and gets its place in
-/// the log; while any reader watches, every write of a node under the write
-/// lock (a put, an overwrite, a new deadline, a removal) appends the node's
-/// index. Under the write lock a reader then asks whether a node was
-/// written since its place ([`changed_since`]), and stops watching
-/// ([`unwatch_and_trim`]; the last to stop there empties the log), or
-/// stops under the read lock ([`unwatch`]) if it has nothing to ask. The
-/// log grows only while someone watches. Eviction is not
-/// logged: it only vacates nodes, and a vacant node reused by a put is
-/// logged by the put.
-///
-/// [`watch`]: Changes::watch
-/// [`changed_since`]: Changes::changed_since
-/// [`unwatch`]: Changes::unwatch
-/// [`unwatch_and_trim`]: Changes::unwatch_and_trim
-pub(crate) struct Changes {
-    watchers: AtomicU32,
-    written: Vec<u32>,
-}
-
-impl Changes {
-    fn new() -> Self {
-        Self {
-            watchers: AtomicU32::new(0),
-            written: Vec::new(),
-        }
-    }
-
-    /// Starts watching, under the read lock: the place to pass to
-    /// [`changed_since`](Self::changed_since).
-    pub(crate) fn watch(&self) -> usize {
-        self.watchers.fetch_add(1, Ordering::Relaxed);
-        self.written.len()
-    }
-
-    /// Stops watching, under the read lock.
-    pub(crate) fn unwatch(&self) {
-        self.watchers.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// Stops watching, under the write lock: the last watcher to stop
-    /// empties the log.
-    pub(crate) fn unwatch_and_trim(&mut self) {
-        let last = with_mut_u32(&mut self.watchers, |w| {
-            *w -= 1;
-            *w == 0
-        });
-        if last {
-            self.written = Vec::new();
-        }
-    }
-
-    /// Whether node `index` was written since `place`, under the write lock.
-    pub(crate) fn changed_since(&self, place: usize, index: u32) -> bool {
-        self.written[place..].contains(&index)
-    }
-
-    /// Node `index` is being written, under the write lock.
-    #[inline]
-    fn wrote(&mut self, index: u32) {
-        if with_mut_u32(&mut self.watchers, |w| *w != 0) {
-            self.written.push(index);
-        }
-    }
 }
 
 impl<K, V> Shard<K, V> {
@@ -676,13 +609,13 @@ impl<K, V> Shard<K, V> {
         key: &Q,
         deadline: u64,
         now: u64,
-        cond: super::ExpireIf,
+        cond: crate::map::ExpireIf,
     ) -> Option<u64>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        use super::ExpireIf;
+        use crate::map::ExpireIf;
         let slab = &self.entries.slab;
         let index = self.table.find(hash as u32, is_key(slab, key))?;
         let old = slab.live_until(index);
@@ -735,107 +668,6 @@ impl<K, V> Shard<K, V> {
         (now <= found.deadline).then_some(found.value)
     }
 
-    /// Evicts at most `limit` entries whose timers are due at `now`, or at
-    /// the time the wheel has already reached if that is later (see
-    /// "Eviction time" above), pushing them to `out`. Returns whether more
-    /// are due, and the time they were evicted at: every evicted deadline is
-    /// below it.
-    pub(crate) fn evict(
-        &mut self,
-        now: u64,
-        limit: usize,
-        out: &mut impl Sink<K, V>,
-    ) -> (bool, u64) {
-        let now = now.max(self.time_of(self.entries.lists.now()));
-        // tick_of(now) >= the wheel's tick, since the wheel's tick starts at
-        // or before `now`: `move_to` goes forward or stays.
-        let now_tick = self.entries.slab.tick_of(now);
-        // Writes take due entries from `writer_lag` ticks after the last
-        // eviction that left none due: a pass still working through a
-        // backlog (a batch at a time, against writers that keep taking
-        // the lock) does not hold them off.
-        let drained = self.time_of(now_tick.saturating_add(self.writer_lag));
-        let entries = &mut self.entries;
-        entries.lists.move_to(&mut entries.slab, now_tick);
-        for _ in 0..limit {
-            let Some(index) = entries.lists.first_due() else {
-                break;
-            };
-            if entries.slab.idle.is_some() {
-                // Read since its timer was set: its effective deadline moved
-                // on. Its timer goes there, to a tick after `now_tick`.
-                let until = entries.slab.live_until(index);
-                let tick = entries.slab.tick_for(until);
-                if tick > now_tick {
-                    let popped = entries.lists.pop_due(&mut entries.slab);
-                    debug_assert_eq!(popped, Some(index));
-                    entries.slab.nodes[index as usize].deadline = until;
-                    entries.timed |= until != u64::MAX;
-                    entries.lists.link(&mut entries.slab, index, tick);
-                    continue;
-                }
-            }
-            // Out of the table first, while the node is still live: a panic
-            // anywhere below leaves no table slot pointing at a vacant node.
-            let h32 = entries.slab.nodes.hash(index);
-            let found = self
-                .table
-                .remove(h32, |i| i == index, hash_of(&entries.slab));
-            debug_assert_eq!(found, Some(index), "due entry missing from the table");
-            let popped = entries.lists.pop_due(&mut entries.slab);
-            debug_assert_eq!(popped, Some(index));
-            let e = entries.vacate(index, false);
-            // The due list is a linked list, so its nodes arrive one cache
-            // miss after another. Start loading the node (and hash bits) of
-            // the one after next now, and the table slot of the next one,
-            // whose hash bits the previous round started loading: all three
-            // overlap with this entry's table probe.
-            if let Some(next) = entries.lists.first_due() {
-                entries.slab.prefetch_node(entries.slab.links(next).1);
-                self.table.prefetch_home(entries.slab.nodes.hash(next));
-            }
-            // The wheel's tick is at most tick_of(now), so the entry's tick
-            // is too: below `u64::MAX`, now >> shift > deadline >> shift;
-            // at `u64::MAX`, deadline < u64::MAX (its tick is not `never`).
-            // Either way the entry is past its deadline (see "The end of
-            // time"). The state is consistent here whatever this says.
-            debug_assert!(e.deadline < now);
-            out.push(Removed {
-                key: e.key,
-                value: e.value,
-                deadline: e.deadline,
-                door: Door::Expired,
-            });
-        }
-        let more = entries.lists.first_due().is_some();
-        if !more {
-            self.writers_from = drained;
-        }
-        (more, now)
-    }
-
-    /// Walks up to `budget` timers of the wheel's next level-1 slot to
-    /// where they go when it begins (`timer::Lists`, "Walking ahead"), so
-    /// that the eviction at its start does not walk them all at once; once
-    /// none is left, up to `budget` of the next level-2 slot's, counted
-    /// down from `ahead2`. Returns whether some are left that these budgets
-    /// allow. Moves no entry's eviction time.
-    pub(crate) fn precascade(&mut self, budget: usize, ahead2: &mut usize) -> bool {
-        let entries = &mut self.entries;
-        if entries.lists.precascade(&mut entries.slab, budget) {
-            return true;
-        }
-        let n = budget.min(*ahead2);
-        *ahead2 -= n;
-        n != 0 && entries.lists.precascade2(&mut entries.slab, n) && *ahead2 != 0
-    }
-
-    /// After a write's bounded [`evict`](Self::evict) left entries due:
-    /// the next writes take more at once (the thread is behind).
-    pub(crate) fn writers_continue(&mut self) {
-        self.writers_from = 0;
-    }
-
     /// `false` while every entry this shard ever held had deadline
     /// `u64::MAX` (never expires): a read then needs no clock. Only a hint
     /// for skipping the read: a deadline met without a bound is still
@@ -853,24 +685,6 @@ impl<K, V> Shard<K, V> {
     pub(crate) fn time_free(&self) -> bool {
         let nodes = &self.entries.slab.nodes;
         !(self.entries.timed | nodes.tracks_idle | nodes.tracks_born)
-    }
-
-    /// Whether a write at `now` should take due entries (see
-    /// `evictor::take_due`): no eviction has left the shard with nothing
-    /// due for `writer_lag` ticks (the thread is behind, or working
-    /// through a backlog a batch at a time while writers keep the lock
-    /// busy), or an earlier write's eviction left entries
-    /// due. One load of what a write has just touched and a comparison.
-    #[inline]
-    pub(crate) fn writers_evict(&self, now: u64) -> bool {
-        now >= self.writers_from
-    }
-
-    /// When the wheel next has work, in clock nanoseconds: `None` if it
-    /// holds nothing that will ever be due (see "The end of time").
-    pub(crate) fn next_wakeup(&self) -> Option<u64> {
-        let tick = self.entries.lists.next_wakeup()?;
-        (tick < self.entries.slab.never()).then(|| self.time_of(tick))
     }
 
     /// Takes every entry out, leaving the shard empty, in O(1) under the lock

@@ -1,18 +1,38 @@
-//! The loading surface: `get_or_insert_with` and its fallible, async and
-//! by-reference forms, and `update`. The flights they register, wait for
-//! and end are in `flight`; this room holds what a loading call does
-//! around them (look, begin, run `init` with no lock held, store).
+//! The loading floor: every call that may run a loader, and the flights
+//! that make callers of one key share its load.
+//!
+//! * this file: the loading surface, `get_or_insert_with` and its
+//!   fallible, async and by-reference forms, and `update`: what a loading
+//!   call does around its flight (look, begin, run `init` with no lock
+//!   held, store);
+//! * `flight`: a key's flights (a load, an update), their waits and the
+//!   cycle check;
+//! * `get_with`: moka's loaders, with the map's own expiry;
+//! * `refresh`: refresh ahead, the loaders' first look and their reloads;
+//! * `bulk`: `get_many`, and `get_many_with` and kin (one load per batch,
+//!   a flight per key).
+//!
+//! May call: the map's paths (`crate::map::write`'s `write_key` and
+//! conditional put, `crate::map::read`, `crate::map::expiry`'s TTL),
+//! `crate::map::store` (a shard's lookups under its lock), and
+//! `crate::map::monitor` (watching a load). `flight` calls only the
+//! `Registry` it is given (the shard lock, through a trait).
 
-use super::expiry::Ttl;
-use super::flight::{self, Flight};
-use super::monitor::LoadKind;
-use super::shard::Shard;
-use super::{ExpireMap, PutIf};
+use crate::map::expiry::Ttl;
+use crate::map::monitor::LoadKind;
+use crate::map::store::shard::Shard;
+use crate::map::{ExpireMap, PutIf};
 use crate::sync::Arc;
 use crate::sync::biased::RwLock;
+use flight::Flight;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
+
+pub(super) mod bulk;
+pub(super) mod flight;
+mod get_with;
+pub(super) mod refresh;
 
 /// What a loading call that missed finds under the write lock.
 pub(super) enum Begun<K, V> {
@@ -30,7 +50,7 @@ pub(super) enum Begun<K, V> {
 pub enum Update<V> {
     /// Leave the entry as it is (or absent).
     Keep,
-    /// Remove the entry (its value leaves as [`Cause::Removed`](super::Cause::Removed)).
+    /// Remove the entry (its value leaves as [`Cause::Removed`](crate::map::Cause::Removed)).
     Remove,
     /// Store this value, live for this long from now. A zero TTL changes
     /// nothing, as for [`ExpireMap::put`].
@@ -250,7 +270,7 @@ where
                     (shard.remove(hash, &key, now), now)
                 };
                 if let Some(r) = removed {
-                    if r.door == super::shard::Door::Removed {
+                    if r.door == crate::map::store::shard::Door::Removed {
                         inner.count_removed(1);
                     }
                     inner.leave(r, now);

@@ -22,8 +22,79 @@
 //! [`expires_at`]: Shard::expires_at
 
 use super::{Door, Removed, Shard, VACANT};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU32, Ordering, with_mut_u32};
 use crate::unwind::Panic;
+
+/// The nodes written since optimistic readers started watching: how
+/// `retain` tells, per entry, whether the entry it showed its `f` changed
+/// before it applies `f`'s verdict.
+///
+/// A reader registers under the shard's *read* lock ([`watch`]: a relaxed
+/// increment, ordered against writers by the lock) and gets its place in
+/// the log; while any reader watches, every write of a node under the write
+/// lock (a put, an overwrite, a new deadline, a removal) appends the node's
+/// index. Under the write lock a reader then asks whether a node was
+/// written since its place ([`changed_since`]), and stops watching
+/// ([`unwatch_and_trim`]; the last to stop there empties the log), or
+/// stops under the read lock ([`unwatch`]) if it has nothing to ask. The
+/// log grows only while someone watches. Eviction is not
+/// logged: it only vacates nodes, and a vacant node reused by a put is
+/// logged by the put.
+///
+/// [`watch`]: Changes::watch
+/// [`changed_since`]: Changes::changed_since
+/// [`unwatch`]: Changes::unwatch
+/// [`unwatch_and_trim`]: Changes::unwatch_and_trim
+pub(crate) struct Changes {
+    watchers: AtomicU32,
+    written: Vec<u32>,
+}
+
+impl Changes {
+    pub(super) fn new() -> Self {
+        Self {
+            watchers: AtomicU32::new(0),
+            written: Vec::new(),
+        }
+    }
+
+    /// Starts watching, under the read lock: the place to pass to
+    /// [`changed_since`](Self::changed_since).
+    pub(crate) fn watch(&self) -> usize {
+        self.watchers.fetch_add(1, Ordering::Relaxed);
+        self.written.len()
+    }
+
+    /// Stops watching, under the read lock.
+    pub(crate) fn unwatch(&self) {
+        self.watchers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Stops watching, under the write lock: the last watcher to stop
+    /// empties the log.
+    pub(crate) fn unwatch_and_trim(&mut self) {
+        let last = with_mut_u32(&mut self.watchers, |w| {
+            *w -= 1;
+            *w == 0
+        });
+        if last {
+            self.written = Vec::new();
+        }
+    }
+
+    /// Whether node `index` was written since `place`, under the write lock.
+    pub(crate) fn changed_since(&self, place: usize, index: u32) -> bool {
+        self.written[place..].contains(&index)
+    }
+
+    /// Node `index` is being written, under the write lock.
+    #[inline]
+    pub(super) fn wrote(&mut self, index: u32) {
+        if with_mut_u32(&mut self.watchers, |w| *w != 0) {
+            self.written.push(index);
+        }
+    }
+}
 
 impl<K, V> Shard<K, V> {
     /// The last instant at which node `index`'s entry is visible. The node
@@ -131,7 +202,6 @@ impl<K, V> Shard<K, V> {
     /// write reached the node since, so a node that still holds an entry
     /// holds that one.
     ///
-    /// [`Changes`]: super::Changes
     pub(crate) fn take_seen(&mut self, index: u32, h32: u32, now: u64) -> Option<Removed<K, V>> {
         self.held(index)?;
         if self.entries.slab.nodes.hash(index) != h32 {

@@ -1,4 +1,4 @@
-//! Refresh ahead ([`Builder::refresh_after`](super::Builder::refresh_after)):
+//! Refresh ahead ([`Builder::refresh_after`](crate::map::Builder::refresh_after)):
 //! a loading call that finds a live value written more than `d` ago returns
 //! it and reloads the key, so that a key read through a loader is reloaded
 //! before its deadline instead of missing at it.
@@ -23,16 +23,16 @@
 //!   an error, a panic or a cancellation stores nothing, so the current
 //!   value stays and a later call reloads again.
 //! * Where it runs: in the call that found the value, or, with a
-//!   [`refresh_spawner`](super::Builder::refresh_spawner) and a loader that
+//!   [`refresh_spawner`](crate::map::Builder::refresh_spawner) and a loader that
 //!   is `Send + 'static`, in a future handed to the spawner. The flight is
 //!   registered before the future is handed over, and the future owns it
 //!   from the start ([`Pending`]): a future the spawner drops unpolled
 //!   still ends the flight, so no waiter waits for ever.
 
-use super::expiry::Ttl;
 use super::flight::{self, FlightGuard};
-use super::monitor::LoadKind;
-use super::{ExpireMap, Inner};
+use crate::map::expiry::Ttl;
+use crate::map::monitor::LoadKind;
+use crate::map::{ExpireMap, Inner};
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::borrow::Borrow;
 use std::future::Future;
@@ -40,7 +40,7 @@ use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 
 /// Where reloads run (`Builder::refresh_spawner`).
-pub(super) type Spawner =
+pub(in crate::map) type Spawner =
     std::sync::Arc<dyn Fn(Pin<Box<dyn Future<Output = ()> + Send>>) + Send + Sync>;
 
 /// Counts a reload as failed when dropped, unless it succeeded.
@@ -96,7 +96,7 @@ where
     /// refresh ahead whether the value is due a reload (`true`). Counted as
     /// `get` counts.
     #[inline(always)]
-    pub(super) fn look<Q>(&self, key: &Q) -> Option<(V, bool)>
+    pub(in crate::map) fn look<Q>(&self, key: &Q) -> Option<(V, bool)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -140,7 +140,7 @@ where
     /// returns it, or loads the missing one. Out of line, so that a fresh
     /// hit costs what `get` does.
     #[inline(never)]
-    pub(super) fn stale_or_load<E>(
+    pub(in crate::map) fn stale_or_load<E>(
         &self,
         key: K,
         ttl: Ttl,
@@ -162,7 +162,7 @@ where
     /// [`stale_or_load`](Self::stale_or_load) whose reload goes to the
     /// map's spawner, if it has one.
     #[inline(never)]
-    pub(super) fn stale_or_load_spawned<E, I>(
+    pub(in crate::map) fn stale_or_load_spawned<E, I>(
         &self,
         key: K,
         ttl: Ttl,
@@ -185,7 +185,7 @@ where
     /// Registers a reload of `key` (a load flight; `task`: run by an async
     /// task or a spawned future, not the calling thread) if its entry is
     /// still live and due a reload, and no flight of the key runs.
-    pub(super) fn begin_refresh(
+    pub(in crate::map) fn begin_refresh(
         &self,
         hash: u64,
         key: &K,
@@ -220,8 +220,12 @@ where
     /// runs here and its value is stored as a load's (see the module docs).
     #[cold]
     #[inline(never)]
-    pub(super) fn refresh_here<E>(&self, key: K, ttl: Ttl, init: impl FnOnce() -> Result<V, E>)
-    where
+    pub(in crate::map) fn refresh_here<E>(
+        &self,
+        key: K,
+        ttl: Ttl,
+        init: impl FnOnce() -> Result<V, E>,
+    ) where
         E: Clone + Send + Sync + 'static,
     {
         let hash = self.inner.hasher.hash_one(&key);
@@ -240,7 +244,7 @@ where
     }
 
     /// [`refresh_here`](Self::refresh_here) with a future: awaited here.
-    pub(super) async fn refresh_here_async<F, E>(&self, key: K, ttl: Ttl, init: F)
+    pub(in crate::map) async fn refresh_here_async<F, E>(&self, key: K, ttl: Ttl, init: F)
     where
         F: Future<Output = Result<V, E>>,
         E: Clone + Send + Sync + 'static,
@@ -262,7 +266,7 @@ where
     /// at once), else in this call.
     #[cold]
     #[inline(never)]
-    pub(super) fn refresh_spawned<E, I>(&self, key: K, ttl: Ttl, init: I)
+    pub(in crate::map) fn refresh_spawned<E, I>(&self, key: K, ttl: Ttl, init: I)
     where
         I: FnOnce() -> Result<V, E> + Send + 'static,
         E: Clone + Send + Sync + 'static,
@@ -277,7 +281,7 @@ where
 
     /// [`refresh_spawned`](Self::refresh_spawned) with a future: spawned,
     /// or (no spawner) returned for the caller to await here.
-    pub(super) fn refresh_spawned_async<F, E>(
+    pub(in crate::map) fn refresh_spawned_async<F, E>(
         &self,
         key: K,
         ttl: Ttl,

@@ -1,5 +1,5 @@
 //! The callers waiting for a lease held elsewhere, and how they are woken
-//! (see "Why no wake-up is lost" in the parent module's docs).
+//! (see "Why no wake-up is lost" in [`crate::lease`]'s docs).
 //!
 //! Written against `super::sync` only: the cache uses `std`'s primitives,
 //! and `loom-tests/tests/lease.rs` includes this very file over loom's
@@ -74,7 +74,7 @@ impl Waiters {
     }
 
     /// Registers a wait of this thread on `names`, *before* the
-    /// [`LEASE`](super::LEASE) it follows is sent.
+    /// [`LEASE`](crate::script::LEASE) it follows is sent.
     pub(crate) fn register(&self, name: Vec<u8>) -> Registered<'_> {
         let wait = Arc::new(Wait {
             woken: AtomicBool::new(false),

@@ -32,8 +32,8 @@
 //! makes it so) and sees `NONE_PLANNED` or the new target: no wake-up is lost.
 //! An idle map plans "never" and waits with no timeout: zero wake-ups.
 
-use super::shard::{Removed, Shard};
-use super::{Config, EVICT_BATCH, Inner, PRECASCADE_BATCH, PRECASCADE2_PER_PASS};
+use crate::map::store::shard::{Removed, Shard};
+use crate::map::{Config, EVICT_BATCH, Inner, PRECASCADE_BATCH, PRECASCADE2_PER_PASS};
 use crate::sync::{self, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
@@ -46,7 +46,7 @@ use std::time::Duration;
 /// cache miss or two, under its lock. Measured against 4 and 16 during a
 /// mass expiry (`benches/eviction_holds.rs`, BENCHMARKS.md): 8 had the
 /// lowest put p99.9. One under loom, like `EVICT_BATCH`.
-pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 8 };
+pub(in crate::map) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 8 };
 
 /// The ticks of `2^shift` ns a shard may go without an eviction that
 /// leaves nothing due before its writes take due entries (see [`Inner::take_due`]): the thread's
@@ -56,7 +56,7 @@ pub(super) const WRITER_EVICT: usize = if cfg!(expiremap_loom) { 1 } else { 8 };
 /// outpaced by writers), and the writers that make the entries take them.
 /// Under loom, zero: every due entry is fair game, so that the models reach
 /// the race with few steps.
-pub(super) fn writer_lag(config: &Config, shift: u32) -> u64 {
+pub(in crate::map) fn writer_lag(config: &Config, shift: u32) -> u64 {
     if cfg!(expiremap_loom) {
         return 0;
     }
@@ -67,7 +67,7 @@ pub(super) fn writer_lag(config: &Config, shift: u32) -> u64 {
 /// What a write took from its shard's due entries (see
 /// [`Inner::take_due`]): left after the unlock by
 /// [`leave_due`](Inner::leave_due).
-pub(super) struct Due<K, V> {
+pub(in crate::map) struct Due<K, V> {
     batch: Vec<Removed<K, V>>,
     /// The time they were evicted at (every deadline is below it).
     at: u64,
@@ -233,7 +233,7 @@ impl Signal {
 
 /// Driving eviction by hand: what a map built with
 /// `background_eviction(false)` calls in place of the thread.
-impl<K, V, S> super::ExpireMap<K, V, S>
+impl<K, V, S> crate::map::ExpireMap<K, V, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
@@ -286,7 +286,7 @@ where
 /// its waits on [`Signal`], and what [`evict_expired`] runs on the calling
 /// thread.
 ///
-/// [`evict_expired`]: super::ExpireMap::evict_expired
+/// [`evict_expired`]: crate::map::ExpireMap::evict_expired
 impl<K, V, S> Inner<K, V, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -302,7 +302,7 @@ where
     /// [`Shard::evict`]): two callers at once, or a caller that waited long
     /// for a lock, can only evict entries past their deadline, and each
     /// event's removal time is at least its deadline + 1 ns.
-    pub(super) fn evict_all(&self) -> usize {
+    pub(in crate::map) fn evict_all(&self) -> usize {
         let mut total = 0;
         let mut batch = Vec::with_capacity(EVICT_BATCH);
         let mut panics = Panics::new();
@@ -344,7 +344,7 @@ where
     /// thread, whose batches cost less per entry than a write's. The caller
     /// hands the result to [`leave_due`](Self::leave_due) after the unlock.
     #[inline]
-    pub(super) fn take_due(&self, shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
+    pub(in crate::map) fn take_due(&self, shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
         if !shard.writers_evict(now) {
             return None;
         }
@@ -370,7 +370,7 @@ where
     /// does), so the write it rode on still returns; every other value of
     /// the batch still leaves.
     #[inline]
-    pub(super) fn leave_due(&self, due: Option<Due<K, V>>) {
+    pub(in crate::map) fn leave_due(&self, due: Option<Due<K, V>>) {
         if let Some(due) = due {
             self.leave_due_slow(due);
         }
@@ -388,7 +388,7 @@ where
     }
 
     /// Earliest shard wake-up, in clock ns.
-    pub(super) fn next_wakeup(&self) -> Option<u64> {
+    pub(in crate::map) fn next_wakeup(&self) -> Option<u64> {
         self.shards
             .iter()
             .filter_map(|s| s.read().next_wakeup())
@@ -399,7 +399,7 @@ where
     /// or from event delivery) are caught: a pass that panicked is retried
     /// at once, with nothing lost (entries leave their shard only inside
     /// `evict`, which runs no user code).
-    pub(super) fn run_evictor(&self) {
+    pub(in crate::map) fn run_evictor(&self) {
         let signal = &*self.signal;
         let real_time = self.clock.clock().is_real_time() && sync::TIMED_WAITS;
         let mut last_pass: Option<u64> = None;
@@ -410,7 +410,7 @@ where
         let mut publish_at = self
             .metrics
             .as_ref()
-            .map(|m| m.built.saturating_add(super::monitor::PUBLISH_EVERY));
+            .map(|m| m.built.saturating_add(crate::map::monitor::PUBLISH_EVERY));
         #[cfg(not(feature = "metrics"))]
         let publish_at = None;
         loop {
@@ -450,14 +450,14 @@ where
 
     /// The thread's publication of the metrics: the recorder is user code,
     /// so a panic in it is caught (the thread goes on); the next is due
-    /// [`PUBLISH_EVERY`](super::monitor::PUBLISH_EVERY) from now.
+    /// [`PUBLISH_EVERY`](crate::map::monitor::PUBLISH_EVERY) from now.
     #[cfg(feature = "metrics")]
     fn publish_now(&self, publish_at: &mut Option<u64>) {
         let _ = catch_unwind(AssertUnwindSafe(|| self.publish()));
         *publish_at = Some(
             self.clock
                 .now()
-                .saturating_add(super::monitor::PUBLISH_EVERY),
+                .saturating_add(crate::map::monitor::PUBLISH_EVERY),
         );
     }
 }

@@ -6,16 +6,16 @@
 //! no lock held, and never lets a panic in it cut a batch short
 //! (`crate::unwind`).
 
-use super::shard::{self, Door, Removed, Shard};
-use super::{Cause, EVICT_BATCH, Event, ExpireMap, Inner};
 use crate::broadcast::{self, SubscribeError};
 use crate::clock::Time;
+use crate::map::store::shard::{self, Door, Removed, Shard};
+use crate::map::{Cause, EVICT_BATCH, Event, ExpireMap, Inner};
 use crate::sync::{self, AtomicBool, Ordering, RwLock};
 use crate::unwind::Panics;
 use std::hash::{BuildHasher, Hash};
 
 /// The lazily created event ring.
-pub(super) struct Events<K, V> {
+pub(in crate::map) struct Events<K, V> {
     /// Set (never cleared) once a sender exists: a single load keeps the
     /// unsubscribed map free of any event work.
     created: AtomicBool,
@@ -28,7 +28,7 @@ where
     V: Send + Sync,
 {
     /// No ring yet: the first subscriber creates it.
-    pub(super) fn new() -> Self {
+    pub(in crate::map) fn new() -> Self {
         Self {
             created: AtomicBool::new(false),
             sender: RwLock::new(None),
@@ -38,7 +38,7 @@ where
     /// A new reader of the ring, which the first call creates with
     /// `capacity` slots and room for `max` readers (validated by the
     /// builder).
-    pub(super) fn subscribe(
+    pub(in crate::map) fn subscribe(
         &self,
         capacity: usize,
         max: usize,
@@ -59,8 +59,8 @@ where
         sender.subscribe()
     }
 
-    /// Events subscribers lost to lags so far (see [`Stats::events_lost`](super::Stats::events_lost)).
-    pub(super) fn lost(&self) -> u64 {
+    /// Events subscribers lost to lags so far (see [`Stats::events_lost`](crate::map::Stats::events_lost)).
+    pub(in crate::map) fn lost(&self) -> u64 {
         if !self.created.load(Ordering::Acquire) {
             return 0;
         }
@@ -74,7 +74,7 @@ where
     /// drop old events (user `Drop`), which may drop the last map handle,
     /// whose shutdown takes this slot's write lock on the same thread.
     #[inline]
-    pub(super) fn live_sender(&self) -> Option<broadcast::Sender<Event<K, V>>> {
+    pub(in crate::map) fn live_sender(&self) -> Option<broadcast::Sender<Event<K, V>>> {
         if !self.created.load(Ordering::Acquire) {
             return None;
         }
@@ -102,14 +102,14 @@ impl<K, V, S> Clone for ExpireMap<K, V, S> {
 /// watch. Dropped with the last handle ([`ExpireMap`] is `Clone`), which
 /// shuts the map down; the thread's own `Arc<Inner>` keeps the map alive
 /// until it is joined.
-pub(super) struct Owner<K, V, S> {
+pub(in crate::map) struct Owner<K, V, S> {
     inner: sync::Arc<Inner<K, V, S>>,
-    pub(super) evictor: Option<sync::thread::JoinHandle<()>>,
-    pub(super) watch_key: Option<u64>,
+    pub(in crate::map) evictor: Option<sync::thread::JoinHandle<()>>,
+    pub(in crate::map) watch_key: Option<u64>,
 }
 
 impl<K, V, S> Owner<K, V, S> {
-    pub(super) fn new(inner: sync::Arc<Inner<K, V, S>>) -> Self {
+    pub(in crate::map) fn new(inner: sync::Arc<Inner<K, V, S>>) -> Self {
         Self {
             inner,
             evictor: None,
@@ -152,7 +152,7 @@ where
     /// to receive, or `V::clone` of the notification copy) is caught and
     /// dropped, so that the call it serves still returns its value (see
     /// "Panics" in the crate docs).
-    pub(super) fn leave(&self, old: Removed<K, V>, now: impl RemovedAt) -> Option<V> {
+    pub(in crate::map) fn leave(&self, old: Removed<K, V>, now: impl RemovedAt) -> Option<V> {
         let mut panics = Panics::new();
         let r = match old.door {
             door @ (Door::Expired | Door::Size) => {
@@ -221,7 +221,7 @@ where
     /// the `Size` ones are counted with one add.
     #[cold]
     #[inline(never)]
-    pub(super) fn leave_all(&self, out: &mut shard::Out<K, V>, now: impl RemovedAt) {
+    pub(in crate::map) fn leave_all(&self, out: &mut shard::Out<K, V>, now: impl RemovedAt) {
         let sender = self.events.live_sender();
         // Read once, and only for a subscriber or an expired entry.
         let mut at = sender.as_ref().map(|_| now.at(&self.clock));
@@ -266,7 +266,7 @@ where
     /// drop), published only if that cause is enabled. A panicking `Drop`
     /// (of a value, or of an old event a publication displaces) is kept in
     /// `panics` and the drain goes on: every entry leaves by its door.
-    pub(super) fn drain_shard(
+    pub(in crate::map) fn drain_shard(
         &self,
         shard: Shard<K, V>,
         now: u64,
@@ -307,7 +307,7 @@ where
     /// someone listens, then closes the ring so subscribers drain and see
     /// `Closed`. A panicking `Drop` on the way stops nothing; the first is
     /// resumed at the end (dropped instead on a thread already unwinding).
-    pub(super) fn shutdown(&self) {
+    pub(in crate::map) fn shutdown(&self) {
         // The last publication, with the counts as the map leaves them
         // (the thread, if any, has stopped).
         #[cfg(feature = "metrics")]
@@ -324,7 +324,10 @@ where
 
     /// Takes every entry out of `shard`, with the time read under its lock:
     /// the time that decides which of them leave as `Expired`.
-    pub(super) fn take_all(&self, shard: &sync::biased::RwLock<Shard<K, V>>) -> (Shard<K, V>, u64) {
+    pub(in crate::map) fn take_all(
+        &self,
+        shard: &sync::biased::RwLock<Shard<K, V>>,
+    ) -> (Shard<K, V>, u64) {
         let (mut guard, (), now) = self.clock.around(|| shard.write(), |_| (), |t, _| t.now());
         // A write of every key: loads in flight lose to it.
         guard.flights.iter().for_each(|f| f.touch());
@@ -334,7 +337,7 @@ where
     /// Publishes or drops a batch of evicted entries, outside every lock;
     /// a panicking `Drop` is kept in `panics`, and the batch still leaves
     /// whole.
-    pub(super) fn leave_evicted(
+    pub(in crate::map) fn leave_evicted(
         &self,
         batch: &mut Vec<Removed<K, V>>,
         now: u64,
@@ -362,7 +365,7 @@ where
 /// its operation read under the shard lock, or, where that operation read
 /// none (`None`, see `Inner::put_time`), the clock read when an event needs
 /// it, after the lock (a time within the operation, after the removal).
-pub(super) trait RemovedAt: Copy {
+pub(in crate::map) trait RemovedAt: Copy {
     /// The time, read from `clock` if the operation read none.
     fn at(self, clock: &Time) -> u64;
 }

@@ -1,6 +1,6 @@
 //! What leaves a shard: [`Removed`] entries tagged with their [`Door`],
 //! collected in a [`Sink`] for the map to publish or drop after it
-//! releases the shard lock (`map::doors`), and a put's [`PutOutcome`].
+//! releases the shard lock (`map::leave::doors`), and a put's [`PutOutcome`].
 //!
 //! Plain data; nothing here drops a user value (the map does, unlocked).
 

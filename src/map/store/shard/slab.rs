@@ -365,7 +365,7 @@ impl<K, V> Slab<K, V> {
     #[inline]
     pub(super) fn prefetch_kv(&self, index: u32) {
         if let Some((node, _)) = self.nodes.get(index as usize) {
-            crate::map::table::prefetch_line(node);
+            crate::map::store::table::prefetch_line(node);
         }
     }
 
@@ -389,8 +389,8 @@ impl<K, V> Links for Slab<K, V> {
     #[inline]
     fn prefetch_node(&self, index: u32) {
         if let Some((node, hash)) = self.nodes.get(index as usize) {
-            crate::map::table::prefetch_line(node);
-            crate::map::table::prefetch_line(hash);
+            crate::map::store::table::prefetch_line(node);
+            crate::map::store::table::prefetch_line(hash);
         }
     }
 

@@ -2,11 +2,11 @@
 //! (errors shared as `Arc<E>`), `optionally_get_with`, their async forms
 //! and `get_with_by_ref`. Each is a `get`, then on a miss the same single
 //! flight per key as `get_or_insert_with` (`load`), whose value is stored
-//! with the TTL of [`Builder::expire_after`](super::Builder::expire_after)
-//! or [`Builder::time_to_live`](super::Builder::time_to_live).
+//! with the TTL of [`Builder::expire_after`](crate::map::Builder::expire_after)
+//! or [`Builder::time_to_live`](crate::map::Builder::time_to_live).
 
-use super::ExpireMap;
-use super::expiry::Ttl;
+use crate::map::ExpireMap;
+use crate::map::expiry::Ttl;
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::future::Future;
@@ -27,16 +27,16 @@ where
 {
     /// The live value for `key`, or the value `init` makes for it, stored
     /// with the map's own expiry (its
-    /// [`expire_after`](super::Builder::expire_after) policy, else its
-    /// [`time_to_live`](super::Builder::time_to_live), else none): moka's
+    /// [`expire_after`](crate::map::Builder::expire_after) policy, else its
+    /// [`time_to_live`](crate::map::Builder::time_to_live), else none): moka's
     /// `get_with`. One caller per key runs `init` at a time and the others
     /// wait for its value, exactly as
     /// [`get_or_insert_with`](Self::get_or_insert_with), which takes the
     /// TTL per call. A hit costs what `get` costs.
     ///
     /// `init` is `Send + 'static` because with
-    /// [`refresh_after`](super::Builder::refresh_after) and a
-    /// [`refresh_spawner`](super::Builder::refresh_spawner) the reload it
+    /// [`refresh_after`](crate::map::Builder::refresh_after) and a
+    /// [`refresh_spawner`](crate::map::Builder::refresh_spawner) the reload it
     /// makes may run after this call returns (move what it needs into it);
     /// `get_or_insert_with` takes any closure and reloads in the caller.
     ///
