@@ -52,6 +52,29 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// A row's reads: runs `n` of them and returns how long they took.
 type Reads<'a> = Box<dyn FnMut(u64) -> Duration + 'a>;
 
+/// `n` `GET`s of `name` on the async connection `conn`, one after another
+/// (each awaited), timed.
+fn async_gets<'a>(
+    rt: &'a tokio::runtime::Runtime,
+    conn: &'a mut redis::aio::MultiplexedConnection,
+    name: &'a [u8],
+) -> Reads<'a> {
+    Box::new(move |n| {
+        rt.block_on(async {
+            let t0 = Instant::now();
+            for _ in 0..n {
+                let v: Option<Vec<u8>> = redis::cmd("GET")
+                    .arg(black_box(name))
+                    .query_async(&mut *conn)
+                    .await
+                    .unwrap();
+                black_box(v);
+            }
+            t0.elapsed()
+        })
+    })
+}
+
 /// ns per read of `reads` over `secs` seconds (after a tenth of that to
 /// warm up), in batches that double until one takes a millisecond; and
 /// the number of reads made, warm-up included.
@@ -132,37 +155,11 @@ fn main() {
         ),
         (
             "redis client-side cache hit (cache-aio)",
-            Box::new(|n| {
-                rt.block_on(async {
-                    let t0 = Instant::now();
-                    for _ in 0..n {
-                        let v: Option<Vec<u8>> = redis::cmd("GET")
-                            .arg(black_box(name))
-                            .query_async(&mut cached)
-                            .await
-                            .unwrap();
-                        black_box(v);
-                    }
-                    t0.elapsed()
-                })
-            }),
+            async_gets(&rt, &mut cached, name),
         ),
         (
             "plain GET (redis crate async)",
-            Box::new(|n| {
-                rt.block_on(async {
-                    let t0 = Instant::now();
-                    for _ in 0..n {
-                        let v: Option<Vec<u8>> = redis::cmd("GET")
-                            .arg(black_box(name))
-                            .query_async(&mut multiplexed)
-                            .await
-                            .unwrap();
-                        black_box(v);
-                    }
-                    t0.elapsed()
-                })
-            }),
+            async_gets(&rt, &mut multiplexed, name),
         ),
         (
             "plain GET (redis crate)",
