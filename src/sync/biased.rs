@@ -369,20 +369,6 @@ fn backoff(waited: u32) {
     }
 }
 
-#[cfg(not(expiremap_loom))]
-impl<T> Drop for RwLock<T> {
-    fn drop(&mut self) {
-        // `&mut self`: no guard borrows the lock, so no slot holds its id.
-        debug_assert!(
-            TABLE
-                .lines
-                .iter()
-                .all(|l| l.0.iter().all(|s| s.load(Ordering::Relaxed) != self.id())),
-            "a biased reader outlived its lock"
-        );
-    }
-}
-
 impl<T: std::fmt::Debug> std::fmt::Debug for RwLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RwLock")

@@ -111,8 +111,9 @@ fn a_writer_waits_for_a_biased_reader() {
     assert_eq!(*lock.read(), 1);
 }
 
-/// Readers check a pair that writers keep equal; reads are biased between
-/// writes (each reader does enough reads in a row to restore the bias).
+/// Readers check a pair that the writing thread keeps equal; after each
+/// write that thread reads often enough to restore the bias, so the readers
+/// race biased and unbiased reads, and revocations.
 #[test]
 fn readers_never_see_a_write_in_progress() {
     let lock = Arc::new(RwLock::new((0u64, 0u64)));
@@ -121,13 +122,10 @@ fn readers_never_see_a_write_in_progress() {
         .map(|_| {
             let lock = Arc::clone(&lock);
             std::thread::spawn(move || {
-                let mut biased = 0u64;
                 for _ in 0..rounds * reads / 10 {
                     let g = lock.read();
                     assert_eq!(g.0, g.1, "a torn pair");
-                    biased += u64::from(matches!(g.held, Held::Biased(_)));
                 }
-                biased
             })
         })
         .collect();
