@@ -354,7 +354,9 @@ where
     #[cold]
     #[inline(never)]
     fn take_due_slow(shard: &mut Shard<K, V>, now: u64) -> Option<Due<K, V>> {
-        let mut batch = Vec::with_capacity(WRITER_EVICT);
+        // Allocated at the first entry taken: usually the wake-up only
+        // moves timers between the wheel's levels.
+        let mut batch = Vec::new();
         let (more, at) = shard.evict(now, WRITER_EVICT, &mut batch);
         if more {
             shard.writers_continue();
