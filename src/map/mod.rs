@@ -88,7 +88,7 @@ pub enum ExpireIf {
 use crate::broadcast::SubscribeError;
 use crate::clock::Time;
 use crate::sync::biased::RwLock;
-use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded};
+use crate::sync::{self, Arc, AtomicU64, AtomicUsize, CachePadded, Ordering};
 use crate::unwind::Panics;
 use builder::{Config, Weigher};
 use leave::doors::{self, Events};
@@ -157,7 +157,52 @@ pub struct ExpireMap<K, V, S = ahash::RandomState> {
 }
 
 /// One shard behind its own cache-padded lock.
-type ShardLock<K, V> = CachePadded<RwLock<Shard<K, V>>>;
+type ShardLock<K, V> = CachePadded<ShardSlot<K, V>>;
+
+/// A shard's lock, and on the lock word's cache line the count of values
+/// the shard's bound pushed out or refused (`Stats::size_evicted`).
+///
+/// The count is written only by a thread holding the shard's write lock,
+/// with a load and a store (no read-modify-write: the lock already orders
+/// the writers), on a line that thread has just written; `stats` sums the
+/// shards' counts with no lock. Derefs to the lock.
+#[repr(C)]
+pub(crate) struct ShardSlot<K, V> {
+    size_out: AtomicU64,
+    lock: RwLock<Shard<K, V>>,
+}
+
+impl<K, V> ShardSlot<K, V> {
+    fn new(shard: Shard<K, V>) -> Self {
+        Self {
+            size_out: AtomicU64::new(0),
+            lock: RwLock::new(shard),
+        }
+    }
+
+    /// Adds `n` to the shard's count of values pushed out by its bound.
+    /// The caller holds the shard's write lock (`_held` says so).
+    #[inline]
+    fn count_size_out(&self, _held: &mut Shard<K, V>, n: u64) {
+        if n != 0 {
+            let c = self.size_out.load(Ordering::Relaxed);
+            self.size_out.store(c + n, Ordering::Relaxed);
+        }
+    }
+
+    /// The shard's count of values pushed out by its bound.
+    fn size_out(&self) -> u64 {
+        self.size_out.load(Ordering::Relaxed)
+    }
+}
+
+impl<K, V> std::ops::Deref for ShardSlot<K, V> {
+    type Target = RwLock<Shard<K, V>>;
+    #[inline]
+    fn deref(&self) -> &Self::Target {
+        &self.lock
+    }
+}
 
 struct Inner<K, V, S> {
     shards: Box<[ShardLock<K, V>]>,
@@ -257,11 +302,9 @@ where
     ) -> Result<Self, BuildError> {
         let now = clock.now();
         let budget = config.bound.map(|cap| Arc::new(Budget::new(cap)));
-        // Striped in a bounded map, whose every miss may push a value out.
-        let size_evicted = stats::Tally::new(match budget {
-            Some(_) => 2 * sync::available_parallelism(),
-            None => 1,
-        });
+        // The shards count what their bounds push out (`ShardSlot`); this
+        // counts only the rare value refused after a search of the others.
+        let size_evicted = stats::Tally::new(1);
         let shift = shard::tick_shift(config.precision);
         let writer_lag = evictor::writer_lag(&config, shift);
         let n = config.shards;
@@ -280,7 +323,7 @@ where
                     shard = shard.tracking_writes();
                 }
                 shard = shard.writer_lag(writer_lag);
-                CachePadded::new(RwLock::new(shard))
+                CachePadded::new(ShardSlot::new(shard))
             })
             .collect();
         let background = config.background_eviction;
@@ -685,6 +728,12 @@ where
 
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Shard<K, V>> {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    /// `hash`'s shard's lock and what sits beside it.
+    #[inline]
+    fn slot(&self, hash: u64) -> &ShardSlot<K, V> {
         &self.shards[self.shard_index(hash)]
     }
 

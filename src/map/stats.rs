@@ -202,7 +202,8 @@ where
         Stats {
             hits,
             misses,
-            size_evicted: self.size_evicted.total(),
+            size_evicted: self.size_evicted.total()
+                + self.shards.iter().map(|s| s.size_out()).sum::<u64>(),
             max_lateness: Duration::from_nanos(self.max_lateness.load(Ordering::Relaxed)),
             evicted: self.evicted.load(Ordering::Relaxed),
             evicted_by_writers: self.evicted_by_writers.load(Ordering::Relaxed),

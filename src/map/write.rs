@@ -256,6 +256,7 @@ where
                     // out (`Shard::put_bounded`).
                     kv = out.take_last().map(|r| (r.key, r.value));
                 }
+                inner.slot(hash).count_size_out(&mut shard, out.take_size());
                 // The entry's effective deadline: idle-capped, a write being
                 // an access (later accesses only move it later).
                 let timer = inner.timer_of(deadline, now);
@@ -394,6 +395,7 @@ where
                         self.clock.around(|| lock.write(), |_| (), |t, _| t.now());
                     let due = self.is_due(j, now);
                     let room = shard.make_room(need, now, None, candidate, due, live, &mut out);
+                    lock.count_size_out(&mut shard, out.take_size());
                     // Exact again (or nearly), while the lock is held.
                     self.set_due(j, shard.deadline_floor());
                     (room, now)

@@ -217,8 +217,8 @@ where
 
     /// [`leave`](Self::leave) for each entry a put pushed out, which it
     /// takes from `out`. Cold: only a bounded map's full shards push
-    /// anything out. The event ring is looked up once for them all, and
-    /// the `Size` ones are counted with one add.
+    /// anything out. The event ring is looked up once for them all. The
+    /// `Size` ones were counted under the shard's lock (`ShardSlot`).
     #[cold]
     #[inline(never)]
     pub(in crate::map) fn leave_all(&self, out: &mut shard::Out<K, V>, now: impl RemovedAt) {
@@ -226,7 +226,7 @@ where
         // Read once, and only for a subscriber or an expired entry.
         let mut at = sender.as_ref().map(|_| now.at(&self.clock));
         let mut panics = Panics::new();
-        let (mut size, mut expired, mut late) = (0, 0, 0);
+        let (mut expired, mut late) = (0, 0);
         out.take_each(|r| match r.door {
             Door::Size | Door::Expired => {
                 if r.door == Door::Expired {
@@ -236,8 +236,6 @@ where
                     let t = *at.get_or_insert_with(|| now.at(&self.clock));
                     late = late.max(t.saturating_sub(r.deadline));
                     expired += 1;
-                } else {
-                    size += 1;
                 }
                 match &sender {
                     Some(s) => Self::publish_evicted(s, r, at.unwrap_or(0), &mut panics),
@@ -252,7 +250,6 @@ where
                 panics.run(|| drop(self.leave(r, now)));
             }
         });
-        self.size_evicted.add(size);
         if expired > 0 {
             self.evicted.fetch_add(expired, Ordering::Relaxed);
             self.max_lateness.fetch_max(late, Ordering::Relaxed);

@@ -40,6 +40,9 @@ impl<K, V> Sink<K, V> for Vec<Removed<K, V>> {
 pub(crate) struct Out<K, V> {
     pub(super) first: Option<Removed<K, V>>,
     pub(super) rest: Vec<Removed<K, V>>,
+    /// Of those, pushed out by [`Door::Size`] and not yet counted
+    /// ([`take_size`](Self::take_size)).
+    size: u64,
 }
 
 impl<K, V> Out<K, V> {
@@ -47,7 +50,15 @@ impl<K, V> Out<K, V> {
         Self {
             first: None,
             rest: Vec::new(),
+            size: 0,
         }
+    }
+
+    /// How many entries were pushed out by [`Door::Size`] since the last
+    /// call, for the caller to count while it holds the shard's lock.
+    #[inline]
+    pub(crate) fn take_size(&mut self) -> u64 {
+        std::mem::take(&mut self.size)
     }
 
     /// Nothing was pushed.
@@ -67,15 +78,23 @@ impl<K, V> Out<K, V> {
         }
     }
 
-    /// Takes back the last entry pushed.
+    /// Takes back the last entry pushed (no longer counted as pushed out).
     pub(crate) fn take_last(&mut self) -> Option<Removed<K, V>> {
-        self.rest.pop().or_else(|| self.first.take())
+        let last = self.rest.pop().or_else(|| self.first.take());
+        if let Some(Removed {
+            door: Door::Size, ..
+        }) = last
+        {
+            self.size = self.size.saturating_sub(1);
+        }
+        last
     }
 }
 
 impl<K, V> Sink<K, V> for Out<K, V> {
     #[inline]
     fn push(&mut self, r: Removed<K, V>) {
+        self.size += u64::from(r.door == Door::Size);
         if self.first.is_none() {
             self.first = Some(r);
         } else {
