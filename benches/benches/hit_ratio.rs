@@ -237,6 +237,7 @@ fn traces(requests: usize) -> Vec<Trace> {
     ]
 }
 
+#[inline(never)]
 fn replay(c: &dyn Cache, keys: &[u64]) -> (f64, f64) {
     let t0 = Instant::now();
     let mut hits = 0u64;
