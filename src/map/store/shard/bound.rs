@@ -116,6 +116,10 @@ impl<K, V> Shard<K, V> {
                         let room = if weight > b.cap || (seen == 0 && !due_here && !due_elsewhere())
                         {
                             Room::Refused
+                        } else if !due_here && self.hand_keeps(seen) && !due_elsewhere() {
+                            // What `make_room`'s first step would decide,
+                            // without the search's setup.
+                            Room::Refused
                         } else {
                             let c = Some(candidate);
                             self.reserve(weight, now, None, c, due_here, &due_elsewhere, out)
@@ -149,6 +153,34 @@ impl<K, V> Shard<K, V> {
                 PutOutcome::Inserted
             }
         }
+    }
+
+    /// Whether the entry under the CLOCK hand, live and unread since the
+    /// hand last passed it, beats a new key estimated `candidate` times
+    /// (TinyLFU, [`Bound::admits`]): then it stays, the hand stays on it,
+    /// and the candidate is refused, as [`make_room`](Self::make_room)
+    /// decides at its first step, without its setup (a full map's usual
+    /// miss in the hit-ratio traces). Only for a shard holding no expired
+    /// entry (the caller's `due_here` is false), where `make_room` would
+    /// take none first. `false` (nothing changed) in every other case, for
+    /// `make_room` to settle.
+    fn hand_keeps(&mut self, candidate: u64) -> bool {
+        let n = self.entries.slab.nodes.len() as u32;
+        if n == 0 {
+            return false;
+        }
+        let i = self.bound().hand % n;
+        let p = with_mut_u32(&mut self.entries.slab.nodes[i as usize].prev, |p| *p);
+        if p == VACANT || p >= COUNT_ONE {
+            return false;
+        }
+        let h = self.entries.slab.nodes.hash(i);
+        let b = self.bound_mut();
+        if b.admits(candidate, h) {
+            return false;
+        }
+        b.hand = i;
+        true
     }
 
     /// Reserves `need` in the map's budget, making room in this shard as
