@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! cargo bench -p expiremap-benches --bench miss_path
+//! MISS_PATH_OPS=20000 MISS_PATH_ONLY="expiremap (no TTL)" valgrind --tool=callgrind \
+//!     --toggle-collect='*Ours*put*' target/release/deps/miss_path-*   # instructions
 //! ```
 //!
 //! Each cache (capacity 10,000) is filled, then each part is timed over
@@ -19,7 +21,6 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 const CAP: u64 = 10_000;
-const OPS: u64 = 1_000_000;
 const TTL: Duration = Duration::from_secs(3600);
 
 trait Cache {
@@ -87,7 +88,18 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let cs = contenders();
+    let ops: u64 = std::env::var("MISS_PATH_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let only = std::env::var("MISS_PATH_ONLY").ok();
+    let cs: Vec<_> = contenders()
+        .into_iter()
+        .filter(|(name, _)| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|n| n == *name))
+        })
+        .collect();
     for (_, c) in &cs {
         for k in 0..CAP {
             c.put(mix64(k));
@@ -115,12 +127,12 @@ fn main() {
                 let j = (r + j) % cs.len();
                 let c = cs[j].1.as_ref();
                 let t0 = Instant::now();
-                for i in 0..OPS {
+                for i in 0..ops {
                     f(c, i, fresh);
                 }
-                times[j].push(t0.elapsed().as_nanos() as f64 / OPS as f64);
+                times[j].push(t0.elapsed().as_nanos() as f64 / ops as f64);
             }
-            fresh += OPS;
+            fresh += ops;
         }
         for (j, (name, _)) in cs.iter().enumerate() {
             let t = &mut times[j];
