@@ -207,13 +207,25 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let (shard, home, ()) = inner.around(hash, |l| l.read(), |s| s.start(hash), |_, _| ());
-        let (value, deadline) = shard.get_plain(home, hash, key)?;
-        // The clock only for an entry found with a deadline (under the
-        // lock still): a miss, and an entry that never expires, read none.
-        // On this machine's VM an unfenced `rdtsc` costs ~22 ns, a third of
-        // a miss's `get` (BENCHMARKS.md, "The parts of a request").
-        let live = deadline == u64::MAX || inner.clock.live(inner.clock.now_at_most(), deadline);
-        live.then(|| f(value))
+        // The clock is read, under the lock, when the probe first finds a
+        // slot whose tag matches, just before it reads that slot's node: so
+        // a miss reads none (an unfenced `rdtsc` costs ~22 ns on this
+        // machine's VM, more than a small map's whole miss), and a hit's
+        // read overlaps the node's cache miss. Read before the probe, it
+        // cost every miss; read after the node, a large map's hit waited for
+        // it (BENCHMARKS.md, "The parts of a request"). A shard that never
+        // held an entry with a deadline reads none at all.
+        let bound = std::cell::Cell::new(None);
+        let timed = shard.timed();
+        let clock = &inner.clock;
+        let at_tag = || {
+            if bound.get().is_none() {
+                bound.set(Some(clock.now_at_most_if(timed)));
+            }
+        };
+        let (value, deadline) = shard.get_plain(home, hash, key, at_tag)?;
+        let bound = bound.get().unwrap_or_else(|| clock.now_at_most_if(timed));
+        clock.live(bound, deadline).then(|| f(value))
     }
 
     /// [`read_if_live`](Self::read_if_live) in a map with idle expiry (the exact

@@ -411,15 +411,28 @@ impl<K, V> Shard<K, V> {
     /// an entry's deadline is its node's: the value and that deadline.
     /// Only the shape of the result differs, so that the hottest read keeps
     /// it small; in a shard with idle expiry it is wrong (not unsafe).
+    ///
+    /// `at_tag` runs (no user code) at each slot whose tag matches, before
+    /// its node is read.
     #[inline(always)]
-    pub(crate) fn get_plain<Q>(&self, home: Home, hash: u64, key: &Q) -> Option<(&V, u64)>
+    pub(crate) fn get_plain<Q>(
+        &self,
+        home: Home,
+        hash: u64,
+        key: &Q,
+        at_tag: impl Fn() + Copy,
+    ) -> Option<(&V, u64)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         debug_assert!(!self.entries.slab.nodes.tracks_idle);
         let slab = &self.entries.slab;
-        let index = self.table.find_from(home, hash as u32, is_key(slab, key))?;
+        let is_key = is_key(slab, key);
+        let index = self.table.find_from(home, hash as u32, move |i| {
+            at_tag();
+            is_key(i)
+        })?;
         // SAFETY: the table holds only live indices (slab invariant).
         let node = unsafe { slab.live(index) };
         if self.entries.bound.is_some() {

@@ -306,8 +306,9 @@ where
 
     /// `get_many`'s reads of one shard's keys in a map without idle
     /// expiry, as `read_plain` reads: the read lock; the table slots of the
-    /// first [`AHEAD`] keys prefetched; the cheap bound on the clock; then a
-    /// probe per key, each prefetching the slot of the key `AHEAD` later.
+    /// first [`AHEAD`] keys prefetched; then a probe per key, each
+    /// prefetching the slot of the key `AHEAD` later, the first that finds
+    /// a matching tag also reading the cheap bound on the clock.
     ///
     /// The probes do not prefetch the nodes the slots point to: the
     /// out-of-order core already overlaps those misses across probes (a
@@ -328,17 +329,28 @@ where
     {
         homes.clear();
         let first = &group[..group.len().min(AHEAD)];
-        let (shard, (), bound) = self.clock.around(
+        let (shard, (), ()) = self.clock.around(
             || lock.read_for(group.len()),
             |s| homes.extend(first.iter().map(|&(h, _)| s.start(h))),
-            |t, s| t.now_at_most_if(s.timed()),
+            |_, _| (),
         );
+        // The clock is read once for the group, at its probes' first tag
+        // match, as `read_plain` reads it: a group of misses reads none.
+        let bound = std::cell::Cell::new(None);
+        let timed = shard.timed();
+        let clock = &self.clock;
+        let at_tag = || {
+            if bound.get().is_none() {
+                bound.set(Some(clock.now_at_most_if(timed)));
+            }
+        };
         for (j, &(h, i)) in group.iter().enumerate() {
             if let Some(&(later, _)) = group.get(j + AHEAD) {
                 homes.push(shard.start(later));
             }
-            if let Some((value, deadline)) = shard.get_plain(homes[j], h, keys[i]) {
-                if self.clock.live(bound, deadline) {
+            if let Some((value, deadline)) = shard.get_plain(homes[j], h, keys[i], at_tag) {
+                let bound = bound.get().unwrap_or_else(|| clock.now_at_most_if(timed));
+                if clock.live(bound, deadline) {
                     out[i] = Some(value.clone());
                 }
             }
