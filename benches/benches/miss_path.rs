@@ -68,6 +68,10 @@ impl Cache for QuickDeadline {
     }
 }
 
+/// One part of a request: `(cache, i, base)` makes operation `i` of a
+/// round whose fresh keys start at `base`.
+type Part<'a> = dyn Fn(&dyn Cache, u64, u64) + 'a;
+
 fn contenders() -> Vec<(&'static str, Box<dyn Cache>)> {
     let ours = |ttl| Ours(ExpireMap::builder().max_entries(CAP).build(), ttl);
     vec![
@@ -107,7 +111,7 @@ fn main() {
     }
     // Held keys (hit), keys never stored (miss), and fresh keys to store.
     let held: Vec<u64> = (0..CAP).map(mix64).collect();
-    let parts: [(&str, &dyn Fn(&dyn Cache, u64, u64)); 3] = [
+    let parts: [(&str, &Part); 3] = [
         ("hit", &|c, i, _| {
             black_box(c.get(held[(i % CAP) as usize]));
         }),

@@ -78,9 +78,9 @@ where
     /// once (per 1,024 keys) for its reads, after a warm-up that starts the
     /// cache misses of shards holding few of the keys together, so the
     /// lookups overlap their misses and a batch of 16 keys or more costs
-    /// less than a loop of `get`s: 64 keys over 10^6 entries read in about half
-    /// of the time with the default shard count, ~0.25 with 8 shards
-    /// (BENCHMARKS.md, "Batches").
+    /// less than a loop of `get`s: 64 keys over 10^6 entries read in
+    /// 0.64–0.73 of the time with the default shard count, about a third
+    /// with 8 shards (BENCHMARKS.md, "Batches").
     ///
     /// Every read is what `get` makes: exact (an entry past its deadline is
     /// `None`), an access for idle expiry and for the capacity bound's
