@@ -62,6 +62,17 @@ impl Time {
         if timed { self.now_at_most() } else { u64::MAX }
     }
 
+    /// [`now_at_most_if`](Self::now_at_most_if)`(timed)`, read at most once
+    /// and only when first needed (see [`BoundOnce`]).
+    #[inline]
+    pub(crate) fn bound_once(&self, timed: bool) -> BoundOnce<'_> {
+        BoundOnce {
+            time: self,
+            timed,
+            bound: std::cell::Cell::new(None),
+        }
+    }
+
     /// `true` if `deadline` has not passed, given `bound` from
     /// [`now_at_most`](Self::now_at_most), read under the same shard lock.
     #[inline]
@@ -117,5 +128,41 @@ impl Time {
             Time::System(c) => c,
             Time::Other { clock, .. } => clock.as_ref(),
         }
+    }
+}
+
+/// The cheap bound on the clock ([`Time::now_at_most_if`]), read at most
+/// once, when first needed: a read's probe calls [`read`](Self::read) at
+/// its first slot whose tag matches, just before it reads that slot's
+/// node, and [`live`](Self::live) judges what it found. So a miss reads no
+/// clock (an unfenced `rdtsc` costs ~22 ns on the development VM, more
+/// than a small map's whole miss), and a hit's read overlaps the node's
+/// cache miss (read after the node, it made a large map's hit wait for
+/// it). Made under the shard's lock, like every reading of the time.
+pub(crate) struct BoundOnce<'a> {
+    time: &'a Time,
+    timed: bool,
+    bound: std::cell::Cell<Option<u64>>,
+}
+
+impl BoundOnce<'_> {
+    /// Reads the bound, unless it was read.
+    #[inline]
+    pub(crate) fn read(&self) -> u64 {
+        match self.bound.get() {
+            Some(b) => b,
+            None => {
+                let b = self.time.now_at_most_if(self.timed);
+                self.bound.set(Some(b));
+                b
+            }
+        }
+    }
+
+    /// Whether `deadline` has not passed ([`Time::live`]), against the
+    /// bound (read now if it was not).
+    #[inline]
+    pub(crate) fn live(&self, deadline: u64) -> bool {
+        self.time.live(self.read(), deadline)
     }
 }

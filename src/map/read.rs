@@ -207,25 +207,14 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let (shard, home, ()) = inner.around(hash, |l| l.read(), |s| s.start(hash), |_, _| ());
-        // The clock is read, under the lock, when the probe first finds a
-        // slot whose tag matches, just before it reads that slot's node: so
-        // a miss reads none (an unfenced `rdtsc` costs ~22 ns on this
-        // machine's VM, more than a small map's whole miss), and a hit's
-        // read overlaps the node's cache miss. Read before the probe, it
-        // cost every miss; read after the node, a large map's hit waited for
-        // it (BENCHMARKS.md, "The parts of a request"). A shard that never
-        // held an entry with a deadline reads none at all.
-        let bound = std::cell::Cell::new(None);
-        let timed = shard.timed();
-        let clock = &inner.clock;
-        let at_tag = || {
-            if bound.get().is_none() {
-                bound.set(Some(clock.now_at_most_if(timed)));
-            }
-        };
-        let (value, deadline) = shard.get_plain(home, hash, key, at_tag)?;
-        let bound = bound.get().unwrap_or_else(|| clock.now_at_most_if(timed));
-        clock.live(bound, deadline).then(|| f(value))
+        // The clock is read at the probe's first tag match, under the lock
+        // (`BoundOnce`; BENCHMARKS.md, "The parts of a request"); a shard
+        // that never held an entry with a deadline reads none at all.
+        let bound = inner.clock.bound_once(shard.timed());
+        let (value, deadline) = shard.get_plain(home, hash, key, || {
+            bound.read();
+        })?;
+        bound.live(deadline).then(|| f(value))
     }
 
     /// [`read_if_live`](Self::read_if_live) in a map with idle expiry (the exact

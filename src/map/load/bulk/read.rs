@@ -336,21 +336,16 @@ where
         );
         // The clock is read once for the group, at its probes' first tag
         // match, as `read_plain` reads it: a group of misses reads none.
-        let bound = std::cell::Cell::new(None);
-        let timed = shard.timed();
-        let clock = &self.clock;
+        let bound = self.clock.bound_once(shard.timed());
         let at_tag = || {
-            if bound.get().is_none() {
-                bound.set(Some(clock.now_at_most_if(timed)));
-            }
+            bound.read();
         };
         for (j, &(h, i)) in group.iter().enumerate() {
             if let Some(&(later, _)) = group.get(j + AHEAD) {
                 homes.push(shard.start(later));
             }
             if let Some((value, deadline)) = shard.get_plain(homes[j], h, keys[i], at_tag) {
-                let bound = bound.get().unwrap_or_else(|| clock.now_at_most_if(timed));
-                if clock.live(bound, deadline) {
+                if bound.live(deadline) {
                     out[i] = Some(value.clone());
                 }
             }
