@@ -113,10 +113,12 @@ impl<K, V> Shard<K, V> {
                         // A candidate never counted loses to every victim
                         // (`Bound::admits`): unless expired entries could
                         // make room, the hand need not look for one.
-                        let room = if weight > b.cap || (seen == 0 && !due_here && !due_elsewhere())
-                        {
+                        // No shard may hold an expired entry: `make_room`
+                        // would take none first, so the policy alone decides.
+                        let quiet = !due_here && !due_elsewhere();
+                        let room = if weight > b.cap || (seen == 0 && quiet) {
                             Room::Refused
-                        } else if !due_here && self.hand_keeps(seen) && !due_elsewhere() {
+                        } else if quiet && self.hand_keeps(seen) {
                             // What `make_room`'s first step would decide,
                             // without the search's setup.
                             Room::Refused
@@ -160,10 +162,9 @@ impl<K, V> Shard<K, V> {
     /// (TinyLFU, [`Bound::admits`]): then it stays, the hand stays on it,
     /// and the candidate is refused, as [`make_room`](Self::make_room)
     /// decides at its first step, without its setup (a full map's usual
-    /// miss in the hit-ratio traces). Only for a shard holding no expired
-    /// entry (the caller's `due_here` is false), where `make_room` would
-    /// take none first. `false` (nothing changed) in every other case, for
-    /// `make_room` to settle.
+    /// miss in the hit-ratio traces). Only while no shard may hold an
+    /// expired entry, where `make_room` would take none first. `false`
+    /// (nothing changed) in every other case, for `make_room` to settle.
     fn hand_keeps(&mut self, candidate: u64) -> bool {
         let n = self.entries.slab.nodes.len() as u32;
         if n == 0 {
