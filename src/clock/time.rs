@@ -75,6 +75,10 @@ impl Time {
 
     /// `true` if `deadline` has not passed, given `bound` from
     /// [`now_at_most`](Self::now_at_most), read under the same shard lock.
+    /// With a `bound` read later (after the lock, `get_many`'s
+    /// `prove_live`), `true` still proves the deadline had not passed at
+    /// every earlier instant (both the bound and the time read here only
+    /// grow); `false` then proves nothing about them.
     #[inline]
     pub(crate) fn live(&self, bound: u64, deadline: u64) -> bool {
         bound <= deadline

@@ -110,6 +110,76 @@ fn get_many_reads_large_batches_over_every_shard() {
     }
 }
 
+/// A clock that runs a hook, once, at the first reading after it is armed.
+#[derive(Clone, Default)]
+struct Hooked {
+    time: ManualClock,
+    hook: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>,
+}
+
+impl Hooked {
+    fn arm(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+}
+
+impl expiremap::Clock for Hooked {
+    fn now(&self) -> u64 {
+        let hook = self.hook.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        self.time.now()
+    }
+}
+
+/// Without idle expiry `get_many` reads the clock once, after its locks:
+/// a value whose deadline is at or after that reading was live when read;
+/// any other is read again, by itself. Here the reading comes after the
+/// deadline of every key read with 10 ms, and after a write of key 3 for a
+/// minute: each 10 ms key reads as expired (as a `get` then would), key
+/// 3 reads as its new value, and the keys held for a minute are unchanged.
+/// The hook writes from another thread: were the clock read under a shard
+/// lock, the write would wait for it and the test fail after `PATIENCE`.
+#[test]
+fn get_many_proves_each_value_live_at_its_read_or_reads_it_again() {
+    for shards in [1, 8, 128] {
+        let clock = Hooked::default();
+        let map: ExpireMap<u32, u32> = ExpireMap::builder()
+            .clock(clock.clone())
+            .shards(shards)
+            .background_eviction(false)
+            .build();
+        let keys: Vec<u32> = (0..80).collect();
+        for &k in &keys {
+            let ttl = if k < 64 { 10 * MS } else { MINUTE };
+            map.put(k, k, ttl);
+        }
+        let (writer, time) = (map.clone(), clock.time.clone());
+        clock.arm(move || {
+            time.advance(10 * MS + Duration::from_nanos(1));
+            let (done, wrote) = mpsc::channel();
+            thread::spawn(move || {
+                writer.put(3, 33, MINUTE);
+                done.send(()).unwrap();
+            });
+            wrote
+                .recv_timeout(PATIENCE)
+                .expect("get_many read the clock under a shard lock");
+        });
+        let want: Vec<Option<u32>> = keys
+            .iter()
+            .map(|&k| match k {
+                3 => Some(33),
+                64.. => Some(k),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(map.get_many(&keys), want, "{shards} shards");
+        assert!(clock.hook.lock().unwrap().is_none(), "the clock was read");
+    }
+}
+
 /// The same operations, chosen at random, on two maps with idle expiry, a
 /// bound, stats and a subscriber: one reads with `get`, the other with
 /// `get_many`. Every answer, the stats, the events and what is held at the
