@@ -110,11 +110,14 @@ fn get_many_reads_large_batches_over_every_shard() {
     }
 }
 
+/// A hook the clock runs once, at its next reading.
+type Hook = Box<dyn FnOnce() + Send>;
+
 /// A clock that runs a hook, once, at the first reading after it is armed.
 #[derive(Clone, Default)]
 struct Hooked {
     time: ManualClock,
-    hook: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>,
+    hook: Arc<Mutex<Option<Hook>>>,
 }
 
 impl Hooked {
