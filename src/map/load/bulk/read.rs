@@ -82,8 +82,8 @@ where
     /// cache misses of shards holding few of the keys together, so the
     /// lookups overlap their misses and a batch of 16 keys or more costs
     /// less than a loop of `get`s: 64 keys over 10^6 entries read in
-    /// 0.64–0.73 of the time with the default shard count, about a third
-    /// with 8 shards (BENCHMARKS.md, "Batches").
+    /// 0.53–0.65 of the time with the default shard count, 0.34–0.49 with
+    /// 8 shards (BENCHMARKS.md, "Batches").
     ///
     /// Every read is what `get` makes: exact (an entry past its deadline is
     /// `None`), an access for idle expiry and for the capacity bound's
