@@ -9,7 +9,7 @@ pub(crate) struct Sketch {
     /// Blocks of 8 words (64 bytes, one cache line), 16 counters to a word.
     /// A key's four counters lie in one block, one in each pair of words
     /// (so in four different words).
-    blocks: Box<[[u64; 8]]>,
+    blocks: Box<[Block]>,
     /// Increments since the last halving.
     added: u64,
     /// Increments between two halvings.
@@ -17,6 +17,13 @@ pub(crate) struct Sketch {
     /// The entry count it was sized for.
     pub(super) sized_for: u64,
 }
+
+/// 8 words of counters, aligned to a cache line: a key's four counters
+/// then cost one line's miss, not two (the allocator aligns a `[u64; 8]`
+/// to 16 bytes at most, so most blocks straddled two lines).
+#[derive(Clone, Debug, PartialEq)]
+#[repr(align(64))]
+struct Block([u64; 8]);
 
 /// Where a key's four counters are: its block, and in it each counter's
 /// word (below 8) and bit shift.
@@ -41,7 +48,7 @@ impl Sketch {
             .clamp(MIN_COUNTERS, MAX_COUNTERS);
         let blocks = counters.div_ceil(128);
         Self {
-            blocks: vec![[0; 8]; blocks as usize].into_boxed_slice(),
+            blocks: vec![Block([0; 8]); blocks as usize].into_boxed_slice(),
             added: 0,
             period: cap.saturating_mul(PERIOD_PER_ENTRY).max(MIN_COUNTERS),
             sized_for: cap,
@@ -78,7 +85,7 @@ impl Sketch {
     /// How often `h` was counted recently (0 to 15, an over-estimate).
     pub(crate) fn frequency(&self, h: u32) -> u64 {
         let (block, at) = self.slots(h);
-        let c = Self::read(&self.blocks[block], &at);
+        let c = Self::read(&self.blocks[block].0, &at);
         c[0].min(c[1]).min(c[2]).min(c[3])
     }
 
@@ -124,7 +131,7 @@ impl Sketch {
     #[inline]
     fn count(&mut self, h: u32) -> u64 {
         let (block, at) = self.slots(h);
-        let words = &mut self.blocks[block];
+        let words = &mut self.blocks[block].0;
         let c = Self::read(words, &at);
         let least = c[0].min(c[1]).min(c[2]).min(c[3]);
         // Without branches: which of the four are least is anybody's
@@ -143,7 +150,7 @@ impl Sketch {
     #[cold]
     #[inline(never)]
     pub(crate) fn halve(&mut self) {
-        for w in self.blocks.iter_mut().flatten() {
+        for w in self.blocks.iter_mut().flat_map(|b| &mut b.0) {
             *w = (*w >> 1) & 0x7777_7777_7777_7777;
         }
         self.added /= 2;
@@ -166,6 +173,7 @@ mod tests {
         // 12 counters of 4 bits per entry, in whole 64-byte blocks.
         assert_eq!(s.bytes(), 12_000usize.div_ceil(128) * 64);
         assert_eq!(Sketch::new(1).bytes(), 64, "one block at least");
+        assert_eq!(s.blocks.as_ptr() as usize % 64, 0, "blocks on cache lines");
         for _ in 0..5 {
             s.increment(42);
         }
