@@ -173,6 +173,13 @@ pub(crate) struct ShardSlot<K, V> {
 }
 
 impl<K, V> ShardSlot<K, V> {
+    /// Where the shard starts in its slot (`Shard`'s layout test): after
+    /// the bound's count and the lock's words.
+    #[cfg(all(test, not(expiremap_loom)))]
+    pub(crate) const fn shard_offset() -> usize {
+        std::mem::offset_of!(Self, lock) + sync::biased::data_offset::<Shard<K, V>>()
+    }
+
     fn new(shard: Shard<K, V>) -> Self {
         Self {
             size_out: AtomicU64::new(0),

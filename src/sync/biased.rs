@@ -166,6 +166,11 @@ use parking_lot::lock_api::RawRwLock as _;
 /// The shards' reader-writer lock (module docs): `parking_lot`'s
 /// write-preferring lock, with reads that write nothing shared while the
 /// lock is biased.
+///
+/// `repr(C)`, the lock's words first and the data right after them: a
+/// read's first lines of the data (a shard's table and slab headers) then
+/// share the lock word's cache line and the next (see `Shard`).
+#[cfg_attr(not(expiremap_loom), repr(C))]
 pub(crate) struct RwLock<T> {
     #[cfg(not(expiremap_loom))]
     raw: Raw,
@@ -182,6 +187,12 @@ pub(crate) struct RwLock<T> {
     data: std::cell::UnsafeCell<T>,
     #[cfg(expiremap_loom)]
     data: loom::cell::UnsafeCell<T>,
+}
+
+/// Where a lock's data starts in it (`Shard`'s layout test).
+#[cfg(all(test, not(expiremap_loom)))]
+pub(crate) const fn data_offset<T>() -> usize {
+    std::mem::offset_of!(RwLock<T>, data)
 }
 
 // SAFETY: as for `std::sync::RwLock`: the lock hands out `&mut T` to one

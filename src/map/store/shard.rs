@@ -144,6 +144,16 @@ pub(crate) fn tick_shift(precision: u64) -> u32 {
 /// otherwise pop entries that are live at its time. The wheel only reaches a
 /// tick at a time that some caller read, so that floor is never in the
 /// future.
+///
+/// # Layout
+///
+/// `repr(C)`, and so are the headers inside it, so that what a read
+/// touches before the table slot and the node sits on the two cache lines
+/// that start with the shard's lock (`ShardSlot`): the lock's words, the
+/// table's slots and mask, a growth's leftover count, `timed`, `bound`,
+/// and the slab's chunk list (the `layout` test checks it). Left to the
+/// compiler, those were four lines apart.
+#[repr(C)]
 pub(crate) struct Shard<K, V> {
     table: Table,
     entries: Entries<K, V>,
@@ -783,5 +793,28 @@ impl<K, V> Shard<K, V> {
             assert_eq!(b.used, weights, "bound's usage is not the live weights");
             assert!(b.used <= b.cap, "over the bound: {} > {}", b.used, b.cap);
         }
+    }
+}
+
+#[cfg(all(test, not(expiremap_loom)))]
+mod layout {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// What a read touches before the table slot and the node lies on the
+    /// two cache lines the shard's slot starts with (see "Layout").
+    #[test]
+    fn a_reads_headers_share_the_locks_two_lines() {
+        type S = Shard<u64, u64>;
+        let at = crate::map::ShardSlot::<u64, u64>::shard_offset();
+        assert!(at <= 32, "the lock's words take {at} bytes");
+        assert_eq!(offset_of!(S, table), 0);
+        let (timed, bound) = (offset_of!(S, entries.timed), offset_of!(S, entries.bound));
+        let chunks = offset_of!(S, entries.slab.nodes.chunks);
+        assert!(at + timed < 128 && at + bound < 128, "{timed} {bound}");
+        // A read takes the list's pointer, one of a `Vec`'s first two words
+        // (the second, with rustc 1.95), not its length.
+        assert!(at + chunks + 16 <= 128, "the chunk list starts at {chunks}");
+        assert!(size_of::<crate::map::ShardSlot<u64, u64>>() <= 512);
     }
 }

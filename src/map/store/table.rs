@@ -268,7 +268,9 @@ pub(crate) enum Probe {
 }
 
 /// A linear-probing table of `tag | slab index` slots.
+/// `repr(C)`: a probe's fields first (see `Shard`'s layout).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Table {
     /// One empty slot (a new table), a length from
     /// [`next_len`](grow::next_len)'s sequence (`2^k` or `3 * 2^k`), or

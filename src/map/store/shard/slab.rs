@@ -94,6 +94,9 @@ pub(super) const CHUNK: usize = 1 << CHUNK_BITS;
 ///
 /// Beside each chunk of nodes is a chunk of their keys' 32 hash bits
 /// (`hashes`, same shape), kept for vacant nodes too.
+///
+/// `repr(C)`: the chunk list first (see `Shard`'s layout).
+#[repr(C)]
 pub(super) struct Nodes<K, V> {
     pub(super) chunks: Vec<Vec<Node<K, V>>>,
     pub(super) hashes: Vec<Vec<u32>>,
@@ -259,6 +262,8 @@ impl<K, V> std::ops::IndexMut<usize> for Nodes<K, V> {
 
 /// The slab as the wheel's [`Links`] store. A node's timer tick is derived
 /// from its exact deadline (`tick_for`), so it is not stored.
+/// `repr(C)`: the chunk list first (see `Shard`'s layout).
+#[repr(C)]
 pub(super) struct Slab<K, V> {
     pub(super) nodes: Nodes<K, V>,
     /// A wheel tick lasts `2^shift` nanoseconds.
@@ -444,18 +449,21 @@ impl<K, V> Links for Slab<K, V> {
 ///   frees it. Should the slot not be found, no slot held the index, so
 ///   freeing the node leaves nothing pointing at it.
 /// * `take_all` and `drain` move the whole table and wheel out together.
+///
+/// `repr(C)`, what a read looks at first (see `Shard`'s layout).
+#[repr(C)]
 pub(super) struct Entries<K, V> {
+    /// Set once a node here gets a deadline other than `u64::MAX`, never
+    /// cleared: while it is clear, every entry held lives forever and a
+    /// read needs no clock (see `Shard::timed`).
+    pub(super) timed: bool,
+    /// The capacity policy's state, in a bounded map.
+    pub(super) bound: Option<Box<Bound>>,
     pub(super) slab: Slab<K, V>,
     /// Vacant node indices, reused last-in first-out.
     pub(super) free: Vec<u32>,
     pub(super) lists: Lists<{ crate::timer::DEFAULT_LEVEL_BITS }>,
     pub(super) len: usize,
-    /// The capacity policy's state, in a bounded map.
-    pub(super) bound: Option<Box<Bound>>,
-    /// Set once a node here gets a deadline other than `u64::MAX`, never
-    /// cleared: while it is clear, every entry held lives forever and a
-    /// read needs no clock (see `Shard::timed`).
-    pub(super) timed: bool,
 }
 
 impl<K, V> Entries<K, V> {

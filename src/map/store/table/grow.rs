@@ -52,6 +52,7 @@ pub(super) fn next_len(len: usize) -> usize {
 
 /// The slots a growing table has not yet moved into its new ones.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(super) struct Old {
     /// The slots before the growth; none once every held one has moved.
     pub(super) slots: Box<[u32]>,
