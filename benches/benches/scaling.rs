@@ -7,6 +7,7 @@
 //! SCALING_SECS=2 SCALING_ONLY=churn SCALING_LIBS=expiremap,dashmap cargo bench --bench scaling
 //! SCALING_THREADS=1,16 cargo bench --bench scaling   # only these thread counts
 //! SCALING_SHARDS=64 cargo bench --bench scaling      # ExpireMap with 64 shards
+//! SCALING_BOUND=10000 cargo bench --bench scaling     # `bounded` at 10^4 entries
 //! SCALING_EVICTOR_NICE=19 cargo bench --bench scaling # the eviction thread at nice 19
 //! ```
 //!
@@ -341,13 +342,23 @@ fn cell<S: Subject>(
     ops.load(Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64() / 1e6
 }
 
+/// The `bounded` workload's bound: `SCALING_BOUND`, or [`N`] (every key
+/// filled is held; a smaller bound makes nearly every request a miss and
+/// a refused or evicting put).
+fn bound() -> u64 {
+    std::env::var("SCALING_BOUND")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(N)
+}
+
 /// One library over every selected workload and thread count; prints one
 /// row per workload.
 fn run<S: Subject>(works: &[Work], counts: &[usize], secs: f64, keys: &[Vec<Arc<Vec<u64>>>; 2]) {
     for &work in works {
         let ttl = if work == Work::Churn { CHURN_TTL } else { LONG };
         let map = if work == Work::Bounded {
-            match S::bounded(N) {
+            match S::bounded(bound()) {
                 Some(m) => Arc::new(m),
                 None => continue,
             }
@@ -414,7 +425,10 @@ fn main() {
         counts.dedup();
         assert!(!counts.is_empty(), "SCALING_THREADS names no thread count");
     }
-    println!("scaling: {cores} cores, {cpu}; {secs} s per cell; total Mops/s");
+    println!(
+        "scaling: {cores} cores, {cpu}; {secs} s per cell; total Mops/s; bounded at {}",
+        bound()
+    );
     let draws = Draws::new();
     let per_thread = |zipf: bool| -> Vec<Arc<Vec<u64>>> {
         (0..counts[counts.len() - 1])
