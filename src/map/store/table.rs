@@ -268,6 +268,7 @@ pub(crate) enum Probe {
 }
 
 /// A linear-probing table of `tag | slab index` slots.
+///
 /// `repr(C)`: a probe's fields first (see `Shard`'s layout).
 #[derive(Debug)]
 #[repr(C)]

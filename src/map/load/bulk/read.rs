@@ -5,9 +5,10 @@
 //!
 //! * Under a shard's read lock `get_many` first starts loading the table
 //!   slots of the keys of that shard (a prefetch each, at most [`AHEAD`]
-//!   keys ahead of the probe), then probes. A loop of `get`s takes a lock per key, and a lock's atomic
-//!   read-modify-write waits for every earlier load, so no two of its cache
-//!   misses overlap; here a shard's misses do. Under the lock the user code
+//!   keys ahead of the probe), then probes. A loop of `get`s takes a lock
+//!   per key, and a lock's atomic read-modify-write waits for every
+//!   earlier load, so no two of its cache misses overlap; here a shard's
+//!   misses do. Under the lock the user code
 //!   is `Eq` and `V::clone`, as in `get`.
 //! * Shards with fewer than [`WARM_BELOW`] of the batch's keys (at the
 //!   default shard count, nearly all: 64 keys over 128 shards are ~60

@@ -262,6 +262,7 @@ impl<K, V> std::ops::IndexMut<usize> for Nodes<K, V> {
 
 /// The slab as the wheel's [`Links`] store. A node's timer tick is derived
 /// from its exact deadline (`tick_for`), so it is not stored.
+///
 /// `repr(C)`: the chunk list first (see `Shard`'s layout).
 #[repr(C)]
 pub(super) struct Slab<K, V> {
