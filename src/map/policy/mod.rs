@@ -146,6 +146,10 @@ pub(crate) struct Bound {
     pub(crate) used: u64,
     /// Next slab index the CLOCK hand looks at.
     pub(crate) hand: u32,
+    /// Hash bits of the last victim the hand stayed on: only a hint, for
+    /// the next put to start loading its counters (see
+    /// `Shard::start_write`); never read for a decision.
+    pub(crate) victim_hint: u32,
     pub(crate) sketch: Sketch,
     /// Each slab index's weight, for weighted maps (vacant indices: 0).
     pub(crate) weights: Option<Vec<u64>>,
@@ -181,6 +185,7 @@ impl Bound {
             share,
             used: 0,
             hand: 0,
+            victim_hint: 0,
             sketch: Sketch::new(share.min(FIRST_SKETCH)),
             weights: weighted.then(Vec::new),
             warm_refused: 0,

@@ -55,6 +55,26 @@ impl Sketch {
         }
     }
 
+    /// The block of hash bits `h`'s counters, and the mix that places
+    /// them in it (see [`slots`](Self::slots)).
+    #[inline]
+    fn block_of(&self, h: u32) -> (usize, u64) {
+        let mut z = u64::from(h).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let block = (((z & 0xFFFF_FFFF) * self.blocks.len() as u64) >> 32) as usize;
+        (block, z)
+    }
+
+    /// Hints the CPU to start loading hash bits `h`'s counters.
+    #[inline]
+    pub(crate) fn prefetch(&self, h: u32) {
+        if let Some(b) = self.blocks.get(self.block_of(h).0) {
+            crate::map::store::table::prefetch_line(b);
+        }
+    }
+
     /// The four counters of hash bits `h`, as Caffeine places them: one
     /// 64-byte block of 8 words per key (one cache line), and in it one
     /// counter in each pair of words, all from one round of a 64-bit mixer
@@ -63,11 +83,7 @@ impl Sketch {
     /// word of its pair (1 bit) and a nibble in it (4 bits).
     #[inline]
     fn slots(&self, h: u32) -> Slots {
-        let mut z = u64::from(h).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        let block = (((z & 0xFFFF_FFFF) * self.blocks.len() as u64) >> 32) as usize;
+        let (block, z) = self.block_of(h);
         let at = std::array::from_fn(|i| {
             let bits = z >> (32 + 8 * i);
             let word = 2 * i + (bits & 1) as usize;

@@ -59,6 +59,14 @@ pub(crate) use out::{Door, Out, PutOutcome, Removed, Room, Sink};
 pub(crate) use slab::Entry;
 use slab::{Entries, MAX_NODES, Nodes, Slab, VACANT};
 
+/// The CLOCK hand's place among `n > 0` nodes: `hand % n`, without the
+/// division in the usual case (the hand is at most `n`, one past the last
+/// node it looked at).
+#[inline]
+fn wrap(hand: u32, n: u32) -> u32 {
+    if hand < n { hand } else { hand % n }
+}
+
 /// The most entries a bounded shard's table is sized for up front (1.3 MiB
 /// of slots): a larger share grows it as the shard fills, so that a bound
 /// of `u64::MAX` costs an empty map 8 × 1.3 MiB at 8 shards, not its share
@@ -344,6 +352,18 @@ impl<K, V> Shard<K, V> {
         self.table.start(hash as u32);
         if let Some(&index) = self.entries.free.last() {
             self.entries.slab.prefetch_node(index);
+        }
+        if let Some(b) = &self.entries.bound {
+            // A put of a new key into a full map reads its counters, the
+            // node under the CLOCK hand and that node's hash bits, then the
+            // victim's counters: misses in a chain behind the probe, started
+            // here (the victim's from the hand's last victim: a hint).
+            b.sketch.prefetch(hash as u32);
+            b.sketch.prefetch(b.victim_hint);
+            let n = self.entries.slab.nodes.len() as u32;
+            if n > 0 {
+                self.entries.slab.prefetch_node(wrap(b.hand, n));
+            }
         }
     }
 
@@ -792,6 +812,18 @@ impl<K, V> Shard<K, V> {
                 .sum();
             assert_eq!(b.used, weights, "bound's usage is not the live weights");
             assert!(b.used <= b.cap, "over the bound: {} > {}", b.used, b.cap);
+        }
+    }
+}
+
+#[cfg(test)]
+mod hand {
+    #[test]
+    fn wrap_is_the_remainder() {
+        for n in [1u32, 2, 7, 1024] {
+            for hand in (0..=3 * n).chain([u32::MAX - 1, u32::MAX]) {
+                assert_eq!(super::wrap(hand, n), hand % n, "{hand} % {n}");
+            }
         }
     }
 }

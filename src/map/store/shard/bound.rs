@@ -170,13 +170,14 @@ impl<K, V> Shard<K, V> {
         if n == 0 {
             return false;
         }
-        let i = self.bound().hand % n;
+        let i = wrap(self.bound().hand, n);
         let p = with_mut_u32(&mut self.entries.slab.nodes[i as usize].prev, |p| *p);
         if p == VACANT || p >= COUNT_ONE {
             return false;
         }
         let h = self.entries.slab.nodes.hash(i);
         let b = self.bound_mut();
+        b.victim_hint = h;
         if b.admits(candidate, h) {
             return false;
         }
@@ -339,9 +340,9 @@ impl<K, V> Shard<K, V> {
                 break; // nothing held: `fits` holds for any `need` admitted
             }
             let b = self.entries.bound.as_mut().expect("bounded");
-            // One division wraps the hand (left at `n` by the step before,
-            // or anywhere past a smaller slab).
-            let i = b.hand % n;
+            // Wraps the hand (left at `n` by the step before, or anywhere
+            // past a smaller slab).
+            let i = wrap(b.hand, n);
             b.hand = i + 1;
             if Some(i) == skip {
                 continue;
