@@ -159,7 +159,7 @@ pub(crate) fn tick_shift(precision: u64) -> u32 {
 /// touches before the table slot and the node sits on the two cache lines
 /// that start with the shard's lock (`ShardSlot`): the lock's words, the
 /// table's slots and mask, a growth's leftover count, `timed`, `bound`,
-/// and the slab's chunk list (the `layout` test checks it). Left to the
+/// and the slab's first chunk (the `layout` test checks it). Left to the
 /// compiler, those were four lines apart.
 #[repr(C)]
 pub(crate) struct Shard<K, V> {
@@ -244,7 +244,7 @@ impl<K, V> Shard<K, V> {
             let most = share.saturating_add(share / 64 + 64).min(cap);
             self.table = Table::with_capacity(most.min(PRESIZED_TABLE) as usize);
             let about = share.saturating_add(share / 256 + 16).min(cap);
-            self.entries.slab.nodes.limit = usize::try_from(about).unwrap_or(usize::MAX);
+            self.entries.slab.nodes.limit = u32::try_from(about).unwrap_or(u32::MAX);
         }
         self
     }
@@ -842,11 +842,11 @@ mod layout {
         assert!(at <= 32, "the lock's words take {at} bytes");
         assert_eq!(offset_of!(S, table), 0);
         let (timed, bound) = (offset_of!(S, entries.timed), offset_of!(S, entries.bound));
-        let chunks = offset_of!(S, entries.slab.nodes.chunks);
+        let first = offset_of!(S, entries.slab.nodes.first);
         assert!(at + timed < 128 && at + bound < 128, "{timed} {bound}");
-        // A read takes the list's pointer, one of a `Vec`'s first two words
-        // (the second, with rustc 1.95), not its length.
-        assert!(at + chunks + 16 <= 128, "the chunk list starts at {chunks}");
+        // A read takes the first chunk's pointer, one of a `Vec`'s first
+        // two words (the second, with rustc 1.95), not its length.
+        assert!(at + first + 16 <= 128, "the first chunk starts at {first}");
         assert!(size_of::<crate::map::ShardSlot<u64, u64>>() <= 512);
     }
 }

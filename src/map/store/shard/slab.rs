@@ -93,40 +93,58 @@ pub(super) const CHUNK: usize = 1 << CHUNK_BITS;
 /// their `Vec`s; 1.1 × 10^6 took 91.5 bytes per entry).
 ///
 /// Beside each chunk of nodes is a chunk of their keys' 32 hash bits
-/// (`hashes`, same shape), kept for vacant nodes too.
+/// (same shape), kept for vacant nodes too.
 ///
-/// `repr(C)`: the chunk list first (see `Shard`'s layout).
+/// The first chunk is held in the shard itself (`first`, `first_hashes`),
+/// the later ones in a list (`rest`): a shard of at most
+/// [`CHUNK`] nodes (every shard of a map up to 128 × 1,024 entries, at the
+/// default count) goes from its header straight to a node, not through a
+/// list of chunks on a line of its own: one dependent cache miss fewer a
+/// lookup in a map too large for L1.
+///
+/// `repr(C)`: the first chunk first (see `Shard`'s layout).
 #[repr(C)]
 pub(super) struct Nodes<K, V> {
-    pub(super) chunks: Vec<Vec<Node<K, V>>>,
-    pub(super) hashes: Vec<Vec<u32>>,
-    /// A map with idle expiry's write deadlines and last accesses (same
-    /// shape as `hashes`); empty in every other map, which pays nothing.
+    pub(super) first: Vec<Node<K, V>>,
+    pub(super) first_hashes: Vec<u32>,
+    pub(super) rest: Vec<Chunk<K, V>>,
+    /// A map with idle expiry's write deadlines and last accesses, a list
+    /// of chunks in the nodes' shape; empty in every other map, which pays
+    /// nothing.
     pub(super) idle: Vec<Vec<Idle>>,
+    /// A map with refresh ahead's write times: when each entry's value was
+    /// last written (a list of chunks as `idle`); empty in every other map.
+    pub(super) born: Vec<Vec<u64>>,
+    /// Nodes pushed (below [`MAX_NODES`]).
+    pub(super) len: u32,
+    /// Most nodes this slab will hold (a bounded shard's entry bound, at
+    /// most `u32::MAX`), so that its last chunk is allocated no larger than
+    /// needed.
+    pub(super) limit: u32,
     /// Whether `idle` is kept.
     pub(super) tracks_idle: bool,
-    /// A map with refresh ahead's write times: when each entry's value was
-    /// last written (same shape as `hashes`); empty in every other map.
-    pub(super) born: Vec<Vec<u64>>,
     /// Whether `born` is kept.
     pub(super) tracks_born: bool,
-    pub(super) len: usize,
-    /// Most nodes this slab will hold (a bounded shard's entry bound), so
-    /// that its last chunk is allocated no larger than needed.
-    pub(super) limit: usize,
+}
+
+/// A chunk of [`Nodes`] past the first: its nodes and their hash bits.
+pub(super) struct Chunk<K, V> {
+    nodes: Vec<Node<K, V>>,
+    hashes: Vec<u32>,
 }
 
 impl<K, V> Nodes<K, V> {
     pub(super) fn new() -> Self {
         Self {
-            chunks: Vec::new(),
-            hashes: Vec::new(),
+            first: Vec::new(),
+            first_hashes: Vec::new(),
+            rest: Vec::new(),
             idle: Vec::new(),
             tracks_idle: false,
             born: Vec::new(),
             tracks_born: false,
             len: 0,
-            limit: usize::MAX,
+            limit: u32::MAX,
         }
     }
 
@@ -139,14 +157,18 @@ impl<K, V> Nodes<K, V> {
     /// The 32 hash bits stored with node `index`.
     #[inline]
     pub(super) fn hash(&self, index: u32) -> u32 {
-        let (chunk, at) = Self::split(index as usize);
-        self.hashes[chunk][at]
+        match Self::split(index as usize) {
+            (0, at) => self.first_hashes[at],
+            (chunk, at) => self.rest[chunk - 1].hashes[at],
+        }
     }
 
     #[inline]
     pub(super) fn set_hash(&mut self, index: u32, h32: u32) {
-        let (chunk, at) = Self::split(index as usize);
-        self.hashes[chunk][at] = h32;
+        match Self::split(index as usize) {
+            (0, at) => self.first_hashes[at] = h32,
+            (chunk, at) => self.rest[chunk - 1].hashes[at] = h32,
+        }
     }
 
     /// Node `index`'s idle record. Only in a shard that tracks idle time.
@@ -165,8 +187,8 @@ impl<K, V> Nodes<K, V> {
     #[inline]
     pub(super) unsafe fn idle_unchecked(&self, index: u32) -> &Idle {
         let (chunk, at) = Self::split(index as usize);
-        // SAFETY: as for `get_unchecked`: `push` fills `idle` beside
-        // `chunks`, in order, whenever `tracks_idle`.
+        // SAFETY: as for `get_unchecked`: `push` fills `idle` beside the
+        // chunks of nodes, in order, whenever `tracks_idle`.
         unsafe { self.idle.get_unchecked(chunk).get_unchecked(at) }
     }
 
@@ -191,18 +213,24 @@ impl<K, V> Nodes<K, V> {
     /// Nodes ever pushed (live and vacant).
     #[inline]
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// Appends a node with hash bits `h32`; its index is the old `len()`.
     pub(super) fn push(&mut self, node: Node<K, V>, h32: u32, idle: Idle, born: u64) {
-        let chunk = self.len >> CHUNK_BITS;
-        if chunk == self.chunks.len() {
-            // A hint only: a chunk past `limit` grows like a `Vec` to CHUNK.
-            let rest = self.limit.saturating_sub(self.len).max(1);
+        let (chunk, at) = Self::split(self.len as usize);
+        if at == 0 {
+            // A new chunk. The first is always there (`first`), and grows
+            // like a `Vec`; a later one is allocated to CHUNK, or to what
+            // `limit` leaves (a hint only: past it, it grows like a `Vec`).
+            let rest = self.limit.saturating_sub(self.len).max(1) as usize;
             let cap = if chunk == 0 { 0 } else { CHUNK.min(rest) };
-            self.chunks.push(Vec::with_capacity(cap));
-            self.hashes.push(Vec::with_capacity(cap));
+            if chunk > 0 {
+                self.rest.push(Chunk {
+                    nodes: Vec::with_capacity(cap),
+                    hashes: Vec::with_capacity(cap),
+                });
+            }
             if self.tracks_idle {
                 self.idle.push(Vec::with_capacity(cap));
             }
@@ -210,8 +238,13 @@ impl<K, V> Nodes<K, V> {
                 self.born.push(Vec::with_capacity(cap));
             }
         }
-        self.chunks[chunk].push(node);
-        self.hashes[chunk].push(h32);
+        if chunk == 0 {
+            self.first.push(node);
+            self.first_hashes.push(h32);
+        } else {
+            self.rest[chunk - 1].nodes.push(node);
+            self.rest[chunk - 1].hashes.push(h32);
+        }
         if self.tracks_idle {
             self.idle[chunk].push(idle);
         }
@@ -231,14 +264,24 @@ impl<K, V> Nodes<K, V> {
         let (chunk, at) = Self::split(index);
         // SAFETY: every index below `len` was pushed: its chunk exists and
         // holds at least `at + 1` nodes (`push` fills chunks in order).
-        unsafe { self.chunks.get_unchecked(chunk).get_unchecked(at) }
+        unsafe {
+            match chunk {
+                0 => self.first.get_unchecked(at),
+                _ => self.rest.get_unchecked(chunk - 1).nodes.get_unchecked(at),
+            }
+        }
     }
 
     /// Node `index` and its hash bits, if the slab has them.
     #[inline]
     pub(super) fn get(&self, index: usize) -> Option<(&Node<K, V>, &u32)> {
-        let (chunk, at) = Self::split(index);
-        Some((self.chunks.get(chunk)?.get(at)?, &self.hashes[chunk][at]))
+        match Self::split(index) {
+            (0, at) => Some((self.first.get(at)?, &self.first_hashes[at])),
+            (chunk, at) => {
+                let c = self.rest.get(chunk - 1)?;
+                Some((c.nodes.get(at)?, &c.hashes[at]))
+            }
+        }
     }
 }
 
@@ -247,23 +290,27 @@ impl<K, V> std::ops::Index<usize> for Nodes<K, V> {
 
     #[inline]
     fn index(&self, index: usize) -> &Node<K, V> {
-        let (chunk, at) = Self::split(index);
-        &self.chunks[chunk][at]
+        match Self::split(index) {
+            (0, at) => &self.first[at],
+            (chunk, at) => &self.rest[chunk - 1].nodes[at],
+        }
     }
 }
 
 impl<K, V> std::ops::IndexMut<usize> for Nodes<K, V> {
     #[inline]
     fn index_mut(&mut self, index: usize) -> &mut Node<K, V> {
-        let (chunk, at) = Self::split(index);
-        &mut self.chunks[chunk][at]
+        match Self::split(index) {
+            (0, at) => &mut self.first[at],
+            (chunk, at) => &mut self.rest[chunk - 1].nodes[at],
+        }
     }
 }
 
 /// The slab as the wheel's [`Links`] store. A node's timer tick is derived
 /// from its exact deadline (`tick_for`), so it is not stored.
 ///
-/// `repr(C)`: the chunk list first (see `Shard`'s layout).
+/// `repr(C)`: the first chunk first (see `Shard`'s layout).
 #[repr(C)]
 pub(super) struct Slab<K, V> {
     pub(super) nodes: Nodes<K, V>,
@@ -596,5 +643,59 @@ impl<K, V> Drop for Entries<K, V> {
         let mut panics = crate::unwind::Panics::new();
         panics.drop_each(live);
         panics.resume();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(i: u32) -> Node<u64, u64> {
+        Node {
+            kv: MaybeUninit::uninit(),
+            deadline: u64::from(i),
+            prev: AtomicU32::new(VACANT),
+            next: i,
+        }
+    }
+
+    /// Nodes past the first chunk (held in the shard) live in the list of
+    /// later chunks; every accessor finds each node and its hash bits on
+    /// both sides of each boundary, and `limit` only sizes a chunk.
+    #[test]
+    fn nodes_past_the_first_chunk_are_found_by_index() {
+        let mut n = Nodes::<u64, u64>::new();
+        n.tracks_born = true;
+        n.tracks_idle = true;
+        n.limit = (2 * CHUNK + 500) as u32;
+        let count = 2 * CHUNK as u32 + 600; // past `limit`: grows like a `Vec`
+        for i in 0..count {
+            n.push(node(i), i ^ 0xABCD, Idle::new(0, 0), u64::from(i) * 3);
+        }
+        assert_eq!(n.len(), count as usize);
+        assert_eq!((n.first.len(), n.rest.len()), (CHUNK, 2));
+        assert_eq!(n.rest[0].nodes.capacity(), CHUNK, "a later chunk is whole");
+        assert_eq!(
+            (n.idle.len(), n.born.len()),
+            (3, 3),
+            "parallel chunks follow"
+        );
+        for i in (0..count).filter(|i| i % 97 == 0 || (i % CHUNK as u32) < 2) {
+            let at = i as usize;
+            assert_eq!(n[at].next, i);
+            // SAFETY: `at < n.len()`.
+            assert_eq!(unsafe { n.get_unchecked(at) }.deadline, u64::from(i));
+            let (got, h) = n.get(at).expect("pushed");
+            assert_eq!((got.next, *h), (i, i ^ 0xABCD));
+            assert_eq!(n.hash(i), i ^ 0xABCD);
+            assert_eq!(n.born(i), u64::from(i) * 3);
+            assert_eq!(n.idle(i).write, 0);
+            n.set_hash(i, 7);
+            assert_eq!(n.hash(i), 7);
+            n[at].next = 0;
+            assert_eq!(n[at].next, 0);
+        }
+        assert!(n.get(count as usize).is_none());
+        assert!(n.get(5 * CHUNK).is_none());
     }
 }
