@@ -150,7 +150,7 @@ impl<K, V, S> Builder<K, V, S> {
     /// The price is memory in small maps: a shard with nothing in it costs
     /// about 500 bytes, and its first entries add their timer lists (~1 KB
     /// for TTLs of an hour) and a first slab chunk and table; a map of
-    /// 1,000 entries in 128 shards allocates ~290 KB. Set fewer shards for
+    /// 1,000 entries in 128 shards allocates ~280 KB. Set fewer shards for
     /// many small maps. A bound of `n` entries caps the count at `n`.
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n);
