@@ -127,6 +127,11 @@ pub(super) struct Nodes<K, V> {
     pub(super) tracks_born: bool,
 }
 
+/// A chunk's nodes and their hash bits ([`Nodes::chunk`]).
+type ChunkRef<'a, K, V> = (&'a Vec<Node<K, V>>, &'a Vec<u32>);
+/// [`ChunkRef`], to change ([`Nodes::chunk_mut`]).
+type ChunkMut<'a, K, V> = (&'a mut Vec<Node<K, V>>, &'a mut Vec<u32>);
+
 /// A chunk of [`Nodes`] past the first: its nodes and their hash bits.
 pub(super) struct Chunk<K, V> {
     nodes: Vec<Node<K, V>>,
@@ -154,21 +159,38 @@ impl<K, V> Nodes<K, V> {
         (index >> CHUNK_BITS, index & (CHUNK - 1))
     }
 
+    /// Chunk `chunk`'s nodes and their hash bits, if it was started.
+    #[inline]
+    fn chunk(&self, chunk: usize) -> Option<ChunkRef<'_, K, V>> {
+        match chunk {
+            0 => Some((&self.first, &self.first_hashes)),
+            c => self.rest.get(c - 1).map(|r| (&r.nodes, &r.hashes)),
+        }
+    }
+
+    /// [`chunk`](Self::chunk), to change.
+    #[inline]
+    fn chunk_mut(&mut self, chunk: usize) -> Option<ChunkMut<'_, K, V>> {
+        match chunk {
+            0 => Some((&mut self.first, &mut self.first_hashes)),
+            c => self
+                .rest
+                .get_mut(c - 1)
+                .map(|r| (&mut r.nodes, &mut r.hashes)),
+        }
+    }
+
     /// The 32 hash bits stored with node `index`.
     #[inline]
     pub(super) fn hash(&self, index: u32) -> u32 {
-        match Self::split(index as usize) {
-            (0, at) => self.first_hashes[at],
-            (chunk, at) => self.rest[chunk - 1].hashes[at],
-        }
+        let (chunk, at) = Self::split(index as usize);
+        self.chunk(chunk).expect("a pushed node").1[at]
     }
 
     #[inline]
     pub(super) fn set_hash(&mut self, index: u32, h32: u32) {
-        match Self::split(index as usize) {
-            (0, at) => self.first_hashes[at] = h32,
-            (chunk, at) => self.rest[chunk - 1].hashes[at] = h32,
-        }
+        let (chunk, at) = Self::split(index as usize);
+        self.chunk_mut(chunk).expect("a pushed node").1[at] = h32;
     }
 
     /// Node `index`'s idle record. Only in a shard that tracks idle time.
@@ -238,13 +260,9 @@ impl<K, V> Nodes<K, V> {
                 self.born.push(Vec::with_capacity(cap));
             }
         }
-        if chunk == 0 {
-            self.first.push(node);
-            self.first_hashes.push(h32);
-        } else {
-            self.rest[chunk - 1].nodes.push(node);
-            self.rest[chunk - 1].hashes.push(h32);
-        }
+        let (nodes, hashes) = self.chunk_mut(chunk).expect("started above");
+        nodes.push(node);
+        hashes.push(h32);
         if self.tracks_idle {
             self.idle[chunk].push(idle);
         }
@@ -275,13 +293,9 @@ impl<K, V> Nodes<K, V> {
     /// Node `index` and its hash bits, if the slab has them.
     #[inline]
     pub(super) fn get(&self, index: usize) -> Option<(&Node<K, V>, &u32)> {
-        match Self::split(index) {
-            (0, at) => Some((self.first.get(at)?, &self.first_hashes[at])),
-            (chunk, at) => {
-                let c = self.rest.get(chunk - 1)?;
-                Some((c.nodes.get(at)?, &c.hashes[at]))
-            }
-        }
+        let (chunk, at) = Self::split(index);
+        let (nodes, hashes) = self.chunk(chunk)?;
+        Some((nodes.get(at)?, &hashes[at]))
     }
 }
 
@@ -290,20 +304,16 @@ impl<K, V> std::ops::Index<usize> for Nodes<K, V> {
 
     #[inline]
     fn index(&self, index: usize) -> &Node<K, V> {
-        match Self::split(index) {
-            (0, at) => &self.first[at],
-            (chunk, at) => &self.rest[chunk - 1].nodes[at],
-        }
+        let (chunk, at) = Self::split(index);
+        &self.chunk(chunk).expect("a pushed node").0[at]
     }
 }
 
 impl<K, V> std::ops::IndexMut<usize> for Nodes<K, V> {
     #[inline]
     fn index_mut(&mut self, index: usize) -> &mut Node<K, V> {
-        match Self::split(index) {
-            (0, at) => &mut self.first[at],
-            (chunk, at) => &mut self.rest[chunk - 1].nodes[at],
-        }
+        let (chunk, at) = Self::split(index);
+        &mut self.chunk_mut(chunk).expect("a pushed node").0[at]
     }
 }
 
