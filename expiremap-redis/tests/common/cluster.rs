@@ -4,8 +4,8 @@
 //! `cluster-require-full-coverage no`: with a primary down, the other
 //! primaries keep serving their slots.
 
-use super::{PATIENCE, Server, free_port};
-use std::process::Command;
+use super::{PATIENCE, Server, free_port, output_within};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 pub struct Cluster {
@@ -14,6 +14,25 @@ pub struct Cluster {
 
 pub fn redis_cli() -> String {
     std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+/// How long a `redis-cli --cluster` command may run: a reshard's
+/// `MIGRATE`, or a create's wait for the nodes to agree, ends well within
+/// it on any machine; one that has not is stuck, and is killed.
+const CLI_LIMIT: Duration = Duration::from_secs(2 * PATIENCE.as_secs());
+
+/// `redis-cli args...`, killed after `limit` (see [`output_within`]).
+fn cli_within(args: &[String], limit: Duration) -> Result<Output, String> {
+    output_within(Command::new(redis_cli()).args(args), limit)
+}
+
+/// What a finished `redis-cli` printed, stdout then stderr.
+fn printed(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// A server started for a cluster (not joined yet).
@@ -45,25 +64,35 @@ impl Cluster {
     /// Starts `n` primaries and joins them; returns once every node reports
     /// `cluster_state:ok`.
     pub fn start(n: usize) -> Cluster {
-        let nodes: Vec<Server> = (0..n).map(|_| node()).collect();
-        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
-        let out = Command::new(redis_cli())
-            .args(&args)
-            .output()
-            .expect("redis-cli (apt-get install redis-tools)");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let c = Cluster { nodes };
-        for i in 0..n {
-            c.wait_ok(i);
+        // A create that does not end (the nodes never agree on the
+        // configuration: `redis-cli` waits for that without a limit) is
+        // killed, and new nodes are tried.
+        let mut failed = Vec::new();
+        for _ in 0..3 {
+            let nodes: Vec<Server> = (0..n).map(|_| node()).collect();
+            let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+            args.extend(nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
+            args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+            match cli_within(&args, CLI_LIMIT) {
+                Ok(out) => {
+                    assert!(
+                        out.status.success(),
+                        "redis-cli --cluster create: {}",
+                        printed(&out)
+                    );
+                    let c = Cluster { nodes };
+                    for i in 0..n {
+                        c.wait_ok(i);
+                    }
+                    return c;
+                }
+                Err(e) => {
+                    eprintln!("a cluster create is stuck, trying new nodes: {e}");
+                    failed.push(e);
+                }
+            }
         }
-        c
+        panic!("no cluster could be created: {failed:#?}")
     }
 
     pub fn url(&self, i: usize) -> String {
@@ -77,11 +106,11 @@ impl Cluster {
 
     /// Runs `redis-cli -p <node i> args...` and returns its output.
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
-        let out = Command::new(redis_cli())
-            .args(["-h", "127.0.0.1", "-p", &self.nodes[i].port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
+        let mut all: Vec<String> = ["-h", "127.0.0.1", "-p", &self.nodes[i].port.to_string()]
+            .map(String::from)
+            .to_vec();
+        all.extend(args.iter().map(|a| a.to_string()));
+        let out = cli_within(&all, PATIENCE).unwrap_or_else(|e| panic!("{e}"));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -170,17 +199,17 @@ impl Cluster {
     pub fn add_node(&mut self) -> usize {
         self.nodes.push(node());
         let i = self.nodes.len() - 1;
-        let out = Command::new(redis_cli())
-            .args(["--cluster", "add-node"])
-            .arg(format!("127.0.0.1:{}", self.nodes[i].port))
-            .arg(format!("127.0.0.1:{}", self.nodes[0].port))
-            .output()
-            .expect("redis-cli");
+        let args = [
+            "--cluster".into(),
+            "add-node".into(),
+            format!("127.0.0.1:{}", self.nodes[i].port),
+            format!("127.0.0.1:{}", self.nodes[0].port),
+        ];
+        let out = cli_within(&args, CLI_LIMIT).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             out.status.success(),
-            "redis-cli --cluster add-node: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            "redis-cli --cluster add-node: {}",
+            printed(&out)
         );
         let id = self.id(i);
         let t0 = Instant::now();
@@ -251,17 +280,17 @@ impl Cluster {
     /// asked through node `via`: the other nodes forget it, and it is reset
     /// (`CLUSTER RESET SOFT`) but keeps running.
     pub fn del_node(&self, i: usize, via: usize) {
-        let out = Command::new(redis_cli())
-            .args(["--cluster", "del-node"])
-            .arg(format!("127.0.0.1:{}", self.nodes[via].port))
-            .arg(self.id(i))
-            .output()
-            .expect("redis-cli");
+        let args = [
+            "--cluster".into(),
+            "del-node".into(),
+            format!("127.0.0.1:{}", self.nodes[via].port),
+            self.id(i),
+        ];
+        let out = cli_within(&args, CLI_LIMIT).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             out.status.success(),
-            "redis-cli --cluster del-node: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            "redis-cli --cluster del-node: {}",
+            printed(&out)
         );
     }
 
@@ -359,20 +388,22 @@ impl Cluster {
     /// `to`, through node `via`: what an operator runs. Its output on
     /// failure.
     pub fn reshard_one(&self, from: usize, to: usize) -> Result<(), String> {
-        let out = Command::new(redis_cli())
-            .args(["--cluster", "reshard"])
-            .arg(format!("127.0.0.1:{}", self.nodes[from].port))
-            .args(["--cluster-from", &self.id(from)])
-            .args(["--cluster-to", &self.id(to)])
-            .args(["--cluster-slots", "1", "--cluster-yes"])
-            .args(["--cluster-pipeline", "2"])
-            .output()
-            .expect("redis-cli");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let args = [
+            "--cluster".into(),
+            "reshard".into(),
+            format!("127.0.0.1:{}", self.nodes[from].port),
+            "--cluster-from".into(),
+            self.id(from),
+            "--cluster-to".into(),
+            self.id(to),
+            "--cluster-slots".into(),
+            "1".into(),
+            "--cluster-yes".into(),
+            "--cluster-pipeline".into(),
+            "2".into(),
+        ];
+        let out = cli_within(&args, CLI_LIMIT)?;
+        let text = printed(&out);
         if out.status.success() && !text.contains("ERR") {
             Ok(())
         } else {

@@ -332,6 +332,86 @@ pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
     }
 }
 
+/// Runs `cmd` (its output captured) and returns its output, or, if it has
+/// not ended within `limit`, kills it and returns an error with what it
+/// printed: a tool that would wait for ever (`redis-cli` waiting for a
+/// cluster to agree, or for a node that does not answer) fails the test
+/// that called it instead of hanging it.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process::Output, String> {
+    use std::io::Read;
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{what}: {e}"))?;
+    fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| format!("{what}: {e}"))? {
+            break Some(status);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (stdout, stderr) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    match status {
+        Some(status) => Ok(std::process::Output {
+            status,
+            stdout,
+            stderr,
+        }),
+        None => Err(format!(
+            "{what} did not end within {limit:?}; it printed: {}{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )),
+    }
+}
+
+/// The stack of every thread of this process, where `gdb` is installed
+/// (else a line saying it is not): printed by a test that finds a thread
+/// stuck, so that a hang seen once says where it was.
+pub fn stacks() -> String {
+    // gdb stops every thread of this process while it prints: its output
+    // goes to a file, never to a pipe that a stopped thread would drain.
+    let pid = std::process::id();
+    let path = std::env::temp_dir().join(format!("expiremap-redis-stacks-{pid}"));
+    let file = match std::fs::File::create(&path) {
+        Ok(f) => f,
+        Err(e) => return format!("(no stacks: {e})"),
+    };
+    let r = Command::new("gdb")
+        .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(Stdio::null())
+        .status();
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let _ = std::fs::remove_file(&path);
+    match r {
+        Ok(_) => text,
+        Err(e) => format!("(no stacks: gdb: {e})"),
+    }
+}
+
 /// Polls `f` until it returns `Some`, or panics after [`PATIENCE`].
 pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let t0 = Instant::now();

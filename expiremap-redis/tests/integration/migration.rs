@@ -10,7 +10,7 @@
 //! No timing is asserted: timeouts only bound hangs.
 
 use crate::common::cluster::Cluster;
-use crate::common::{PATIENCE, eventually, held_load, within};
+use crate::common::{PATIENCE, eventually, held_load, stacks, within};
 use expiremap_redis::NearCache;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -294,16 +294,19 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
     let reads: Arc<Mutex<Vec<Read>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let doing = Arc::new(Doing::default());
     let mut threads = Vec::new();
     // Writers: cache w writes the keys k with k % 3 == w; every fourth
     // write of a key is a remove. Versions 1, 2, 3...
     for w in 0..3u64 {
-        let (cache, writes, stop, failures) = (
+        let (cache, writes, stop, failures, doing) = (
             Arc::clone(&caches[w as usize]),
             Arc::clone(&writes),
             Arc::clone(&stop),
             Arc::clone(&failures),
+            Arc::clone(&doing),
         );
+        let me = doing.worker();
         threads.push(thread::spawn(move || {
             let mut version = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -311,6 +314,9 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
                 let remove = version.is_multiple_of(4);
                 for k in (w..KEYS).step_by(3) {
                     let key = format!("k{k}");
+                    doing.now(me, || {
+                        format!("cache {w}: {} {key}", if remove { "remove" } else { "put" })
+                    });
                     let sent = Instant::now();
                     let r = if remove {
                         cache.remove(&key).map(drop)
@@ -334,19 +340,29 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
     }
     // Readers and loaders: every cache reads every key, and loads the
     // missing ones.
-    for cache in &caches {
-        let (cache, reads, stop, failures) = (
+    for (c, cache) in caches.iter().enumerate() {
+        let (cache, reads, stop, failures, doing) = (
             Arc::clone(cache),
             Arc::clone(&reads),
             Arc::clone(&stop),
             Arc::clone(&failures),
+            Arc::clone(&doing),
         );
+        let me = doing.worker();
         threads.push(thread::spawn(move || {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 for key in 0..KEYS {
                     let k = format!("k{key}");
+                    doing.now(me, || {
+                        let call = if n.is_multiple_of(2) {
+                            "get"
+                        } else {
+                            "get_or_insert_with"
+                        };
+                        format!("cache {c}: {call} {k}")
+                    });
                     let start = Instant::now();
                     let r = if n.is_multiple_of(2) {
                         cache.get(&k)
@@ -372,6 +388,24 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
     let changed = change();
     thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
+    // Every call ends within its call timeout (PATIENCE), a load's wait
+    // within its lease's time: a worker still running well after that
+    // is stuck, and the failure says where.
+    let t0 = Instant::now();
+    while threads.iter().any(|t| !t.is_finished()) {
+        if t0.elapsed() > 4 * PATIENCE {
+            let stuck: Vec<String> = (0..threads.len())
+                .filter(|&i| !threads[i].is_finished())
+                .map(|i| doing.describe(i))
+                .collect();
+            panic!(
+                "workers still in a call {:?} after the stop: {stuck:#?}\n{}",
+                4 * PATIENCE,
+                stacks()
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
     for t in threads {
         t.join().unwrap();
     }
@@ -407,6 +441,30 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
                 last.version
             );
         }
+    }
+}
+
+/// What each worker of [`under_load`] is doing, and since when: named by
+/// a run whose workers do not end.
+#[derive(Default)]
+struct Doing(Mutex<Vec<(String, Instant)>>);
+
+impl Doing {
+    /// A new worker's place.
+    fn worker(&self) -> usize {
+        let mut d = self.0.lock().unwrap();
+        d.push(("starting".into(), Instant::now()));
+        d.len() - 1
+    }
+
+    /// Worker `i` starts what `what` says.
+    fn now(&self, i: usize, what: impl FnOnce() -> String) {
+        self.0.lock().unwrap()[i] = (what(), Instant::now());
+    }
+
+    fn describe(&self, i: usize) -> String {
+        let (what, since) = &self.0.lock().unwrap()[i];
+        format!("{what}, for {:?}", since.elapsed())
     }
 }
 
