@@ -69,6 +69,7 @@ impl Server {
     /// A port and a directory, no process yet.
     fn prepare(extra: &[&str]) -> Server {
         static N: AtomicU32 = AtomicU32::new(0);
+        watchdog();
         let port = free_port();
         let dir = std::env::temp_dir().join(format!(
             "expiremap-redis-{}-{}",
@@ -253,11 +254,17 @@ impl Server {
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
-    /// A plain client of our own, as another program would use Redis.
+    /// A plain client of our own, as another program would use Redis. Its
+    /// connect, reads and writes wait at most [`PATIENCE`]: a test that
+    /// talks to a server that does not answer fails instead of hanging.
     pub fn raw(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .and_then(|c| c.get_connection())
-            .expect("a raw connection")
+        let c = redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(PATIENCE))
+            .expect("a raw connection");
+        c.set_read_timeout(Some(PATIENCE))
+            .and_then(|()| c.set_write_timeout(Some(PATIENCE)))
+            .expect("timeouts on a raw connection");
+        c
     }
 
     pub fn pid(&self) -> u32 {
@@ -399,7 +406,13 @@ pub fn stacks() -> String {
         Err(e) => return format!("(no stacks: {e})"),
     };
     let r = Command::new("gdb")
-        .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt",
+        ])
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(Stdio::null())
@@ -410,6 +423,28 @@ pub fn stacks() -> String {
         Ok(_) => text,
         Err(e) => format!("(no stacks: gdb: {e})"),
     }
+}
+
+/// How long a test binary may run from its first server: the whole suite
+/// ends in a few minutes on a slow machine; past this something hangs.
+const WHOLE_RUN: Duration = Duration::from_secs(30 * 60);
+
+/// Started with the first server: if the process still runs after
+/// [`WHOLE_RUN`], prints every thread's stack and exits with a failure,
+/// so that a hang anywhere (ours, a tool's, a test's) is a failed run that
+/// says where, not a run that never ends.
+fn watchdog() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        std::thread::spawn(|| {
+            std::thread::sleep(WHOLE_RUN);
+            eprintln!(
+                "the tests still run after {WHOLE_RUN:?}: something hangs; every thread:\n{}",
+                stacks()
+            );
+            std::process::exit(101);
+        });
+    });
 }
 
 /// Polls `f` until it returns `Some`, or panics after [`PATIENCE`].
