@@ -223,6 +223,18 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
     let mut stream = None;
     for a in addrs {
         match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+            // Nothing listens there, and the system gave the connection
+            // that very port as its own: TCP joined it to itself, and it
+            // would read back what it sends.
+            Ok(s) if to_itself(&s) => {
+                last = Error::connection(
+                    io::ErrorKind::ConnectionRefused,
+                    &format!(
+                        "nothing listens on {a} (the connection was given that port as its own \
+                         and joined itself)"
+                    ),
+                );
+            }
             Ok(s) => {
                 stream = Some(s);
                 break;
@@ -250,6 +262,13 @@ pub(crate) fn dial(cfg: &Config) -> Result<(ReadHalf, WriteHalf), Error> {
         return wire::tls(stream, config, &cfg.host);
     }
     wire::plain(stream)
+}
+
+/// `true` if `s` is connected to itself: a connect to a free port of the
+/// system's ephemeral range on this host that was given that port as its
+/// own source port (TCP's simultaneous open joins the two ends).
+fn to_itself(s: &TcpStream) -> bool {
+    matches!((s.local_addr(), s.peer_addr()), (Ok(l), Ok(p)) if l == p)
 }
 
 /// A server's error reply as the server wrote it (`NOPERM this user
@@ -328,7 +347,26 @@ pub(crate) fn handshake(
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{redact, to_itself};
+
+    #[test]
+    fn a_connection_joined_to_itself_is_told_from_one_to_a_listener() {
+        use std::net::{SocketAddr, TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to_listener = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert!(!to_itself(&to_listener));
+        // A socket bound to a port and connected to that same port: what a
+        // connect to a free port that picks it as its own source gives.
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let own = s.local_addr().unwrap();
+        match s.connect(&own) {
+            Ok(()) => assert!(to_itself(&TcpStream::from(s))),
+            // A system that refuses the simultaneous open has no such case.
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}"),
+        }
+    }
 
     #[test]
     fn redact_masks_user_info_query_values_and_fragments() {
