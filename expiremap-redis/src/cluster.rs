@@ -243,6 +243,15 @@ impl<K: CacheKey, V: CacheValue> Cluster<K, V> {
         if let Some(found) = find(&read(&self.table)) {
             return Ok(found);
         }
+        // A redirect followed by a reader while the cache closes links no
+        // node that nothing would stop: `close_all` sets `closing`, then
+        // takes the nodes under `linking`.
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::connection(
+                io::ErrorKind::NotConnected,
+                "the cache is closing",
+            ));
+        }
         let mut cfg = self.base.clone();
         (cfg.host, cfg.port) = addr.clone();
         let link = Arc::new(Shared::with_clock(
@@ -535,7 +544,10 @@ impl<K, V> Cluster<K, V> {
             h.thread().unpark();
             let _ = h.join();
         }
-        let nodes = std::mem::take(&mut write(&self.table).nodes);
+        let nodes = {
+            let _one = lock(&self.linking);
+            std::mem::take(&mut write(&self.table).nodes)
+        };
         self.floor.lower();
         for n in nodes {
             n.stop();
