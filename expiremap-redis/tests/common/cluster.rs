@@ -312,47 +312,64 @@ impl Cluster {
     /// the slot in migration, as `redis-cli --cluster reshard` starts it
     /// (`from` answers `ASK` for the keys it lacks).
     pub fn start_migration(&self, slot: u16, from: usize, to: usize) {
-        let setslot = |on: usize, state: &str, id: String| {
-            let _: () = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg(state)
-                .arg(id)
-                .query(&mut self.nodes[on].raw())
-                .unwrap();
-        };
-        setslot(to, "IMPORTING", self.id(from));
-        setslot(from, "MIGRATING", self.id(to));
+        self.start_migrations(&[slot], from, to);
+    }
+
+    /// [`start_migration`](Self::start_migration) of every slot in
+    /// `slots`: one connection to each node, the commands pipelined.
+    pub fn start_migrations(&self, slots: &[u16], from: usize, to: usize) {
+        let (from_id, to_id) = (self.id(from), self.id(to));
+        for (on, state, id) in [(to, "IMPORTING", &from_id), (from, "MIGRATING", &to_id)] {
+            let mut p = redis::pipe();
+            for s in slots {
+                p.cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(*s)
+                    .arg(state)
+                    .arg(id)
+                    .ignore();
+            }
+            let () = p.query(&mut self.nodes[on].raw()).unwrap();
+        }
     }
 
     /// Moves every key of `slot` from `from` to `to` as `redis-cli
     /// --cluster reshard` does (`MIGRATE ... KEYS`, without `REPLACE`, a
     /// few keys at a time); a key already on `to` fails it (`BUSYKEY`).
     pub fn migrate_keys(&self, slot: u16, from: usize, to: usize) -> Result<(), String> {
+        self.migrate_keys_of(&[slot], from, to)
+    }
+
+    /// [`migrate_keys`](Self::migrate_keys) of every slot in `slots`, on
+    /// one connection.
+    pub fn migrate_keys_of(&self, slots: &[u16], from: usize, to: usize) -> Result<(), String> {
         let mut src = self.nodes[from].raw();
-        loop {
-            let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
-                .arg("GETKEYSINSLOT")
-                .arg(slot)
-                .arg(10)
-                .query(&mut src)
-                .map_err(|e| e.to_string())?;
-            if keys.is_empty() {
-                return Ok(());
+        for &slot in slots {
+            loop {
+                let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(10)
+                    .query(&mut src)
+                    .map_err(|e| e.to_string())?;
+                if keys.is_empty() {
+                    break;
+                }
+                let mut m = redis::cmd("MIGRATE");
+                m.arg("127.0.0.1")
+                    .arg(self.nodes[to].port)
+                    .arg("")
+                    .arg(0)
+                    .arg(5000)
+                    .arg("KEYS");
+                for k in &keys {
+                    m.arg(k);
+                }
+                let r: redis::RedisResult<redis::Value> = m.query(&mut src);
+                r.map_err(|e| format!("MIGRATE: {e}"))?;
             }
-            let mut m = redis::cmd("MIGRATE");
-            m.arg("127.0.0.1")
-                .arg(self.nodes[to].port)
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("KEYS");
-            for k in &keys {
-                m.arg(k);
-            }
-            let r: redis::RedisResult<redis::Value> = m.query(&mut src);
-            r.map_err(|e| format!("MIGRATE: {e}"))?;
         }
+        Ok(())
     }
 
     /// `CLUSTER SETSLOT slot NODE <to>` on every node (`to` first): the

@@ -364,6 +364,8 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process:
     }
     let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let t0 = Instant::now();
+    // Most commands end in a few milliseconds: look often at first.
+    let mut nap = Duration::from_micros(200);
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| format!("{what}: {e}"))? {
             break Some(status);
@@ -373,7 +375,8 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process:
             let _ = child.wait();
             break None;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
     };
     let (stdout, stderr) = (
         out.join().unwrap_or_default(),

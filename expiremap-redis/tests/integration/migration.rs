@@ -491,12 +491,9 @@ fn a_node_removed_after_a_reshard_leaves_no_key_unusable() {
     let to = (x + 1) % 3;
     // The keys x held move with its slots (as a reshard does), then x is
     // removed at once.
-    for s in c.slots_of(x, x) {
-        c.start_migration(s, x, to);
-    }
-    for s in c.slots_of(x, x) {
-        c.migrate_keys(s, x, to).unwrap();
-    }
+    let slots = c.slots_of(x, x);
+    c.start_migrations(&slots, x, to);
+    c.migrate_keys_of(&slots, x, to).unwrap();
     c.move_all_slots(x, to);
     c.del_node(x, to);
     let t0 = Instant::now();
