@@ -313,6 +313,10 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
                 version += 1;
                 let remove = version.is_multiple_of(4);
                 for k in (w..KEYS).step_by(3) {
+                    // After the stop a worker ends its call in progress only.
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let key = format!("k{k}");
                     doing.now(me, || {
                         format!("cache {w}: {} {key}", if remove { "remove" } else { "put" })
@@ -354,6 +358,9 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 for key in 0..KEYS {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let k = format!("k{key}");
                     doing.now(me, || {
                         let call = if n.is_multiple_of(2) {
@@ -388,9 +395,10 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
     let changed = change();
     thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
-    // Every call ends within its call timeout (PATIENCE), a load's wait
-    // within its lease's time: a worker still running well after that
-    // is stuck, and the failure says where.
+    // After the stop a worker ends the call it is in: within its call
+    // timeout (PATIENCE), or a load's lease wait within the lease's time.
+    // One still running well after that is stuck, and the failure says
+    // where.
     let t0 = Instant::now();
     while threads.iter().any(|t| !t.is_finished()) {
         if t0.elapsed() > 4 * PATIENCE {
