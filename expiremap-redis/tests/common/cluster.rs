@@ -5,6 +5,7 @@
 //! primaries keep serving their slots.
 
 use super::{PATIENCE, Server, free_port, output_within};
+use std::ffi::OsStr;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -22,8 +23,30 @@ pub fn redis_cli() -> String {
 const CLI_LIMIT: Duration = Duration::from_secs(2 * PATIENCE.as_secs());
 
 /// `redis-cli args...`, killed after `limit` (see [`output_within`]).
-fn cli_within(args: &[String], limit: Duration) -> Result<Output, String> {
+fn cli_within<A: AsRef<OsStr>>(
+    args: impl IntoIterator<Item = A>,
+    limit: Duration,
+) -> Result<Output, String> {
     output_within(Command::new(redis_cli()).args(args), limit)
+}
+
+/// `redis-cli --cluster args...`, which must succeed within [`CLI_LIMIT`].
+fn cluster_cli(args: &[String]) -> Output {
+    let out = cli_within(
+        ["--cluster"]
+            .iter()
+            .map(OsStr::new)
+            .chain(args.iter().map(OsStr::new)),
+        CLI_LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster {}: {}",
+        args[0],
+        printed(&out)
+    );
+    out
 }
 
 /// What a finished `redis-cli` printed, stdout then stderr.
@@ -106,11 +129,11 @@ impl Cluster {
 
     /// Runs `redis-cli -p <node i> args...` and returns its output.
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
-        let mut all: Vec<String> = ["-h", "127.0.0.1", "-p", &self.nodes[i].port.to_string()]
-            .map(String::from)
-            .to_vec();
-        all.extend(args.iter().map(|a| a.to_string()));
-        let out = cli_within(&all, PATIENCE).unwrap_or_else(|e| panic!("{e}"));
+        let port = self.nodes[i].port.to_string();
+        let all = ["-h", "127.0.0.1", "-p", &port]
+            .into_iter()
+            .chain(args.iter().copied());
+        let out = cli_within(all, PATIENCE).unwrap_or_else(|e| panic!("{e}"));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -199,18 +222,11 @@ impl Cluster {
     pub fn add_node(&mut self) -> usize {
         self.nodes.push(node());
         let i = self.nodes.len() - 1;
-        let args = [
-            "--cluster".into(),
+        cluster_cli(&[
             "add-node".into(),
             format!("127.0.0.1:{}", self.nodes[i].port),
             format!("127.0.0.1:{}", self.nodes[0].port),
-        ];
-        let out = cli_within(&args, CLI_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster add-node: {}",
-            printed(&out)
-        );
+        ]);
         let id = self.id(i);
         let t0 = Instant::now();
         while !(0..self.nodes.len()).all(|j| self.cli(j, &["CLUSTER", "NODES"]).contains(&id)) {
@@ -280,18 +296,11 @@ impl Cluster {
     /// asked through node `via`: the other nodes forget it, and it is reset
     /// (`CLUSTER RESET SOFT`) but keeps running.
     pub fn del_node(&self, i: usize, via: usize) {
-        let args = [
-            "--cluster".into(),
+        cluster_cli(&[
             "del-node".into(),
             format!("127.0.0.1:{}", self.nodes[via].port),
             self.id(i),
-        ];
-        let out = cli_within(&args, CLI_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster del-node: {}",
-            printed(&out)
-        );
+        ]);
     }
 
     /// The nodes on which a RESP3 client's last command was `CLUSTER SLOTS`:

@@ -318,9 +318,8 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
                         break;
                     }
                     let key = format!("k{k}");
-                    doing.now(me, || {
-                        format!("cache {w}: {} {key}", if remove { "remove" } else { "put" })
-                    });
+                    let call = if remove { "remove" } else { "put" };
+                    doing.now(me, format!("cache {w}: {call} {key}"));
                     let sent = Instant::now();
                     let r = if remove {
                         cache.remove(&key).map(drop)
@@ -362,16 +361,11 @@ fn under_load(c: &Cluster, prefix: &str, change: impl FnOnce() -> Result<(), Str
                         break;
                     }
                     let k = format!("k{key}");
-                    doing.now(me, || {
-                        let call = if n.is_multiple_of(2) {
-                            "get"
-                        } else {
-                            "get_or_insert_with"
-                        };
-                        format!("cache {c}: {call} {k}")
-                    });
+                    let plain = n.is_multiple_of(2);
+                    let call = if plain { "get" } else { "get_or_insert_with" };
+                    doing.now(me, format!("cache {c}: {call} {k}"));
                     let start = Instant::now();
-                    let r = if n.is_multiple_of(2) {
+                    let r = if plain {
                         cache.get(&k)
                     } else {
                         cache.get_or_insert_with(k, HOUR, || LOADED).map(Some)
@@ -466,8 +460,8 @@ impl Doing {
     }
 
     /// Worker `i` starts what `what` says.
-    fn now(&self, i: usize, what: impl FnOnce() -> String) {
-        self.0.lock().unwrap()[i] = (what(), Instant::now());
+    fn now(&self, i: usize, what: String) {
+        self.0.lock().unwrap()[i] = (what, Instant::now());
     }
 
     fn describe(&self, i: usize) -> String {
