@@ -7,6 +7,7 @@
 //! HIT_RATIO_ONLY=expiremap cargo bench --bench hit_ratio     # one cache (for perf)
 //! HIT_RATIO_ONLY=expiremap-no-ttl,quick_cache cargo bench --bench hit_ratio
 //! HIT_RATIO_ROUNDS=5 cargo bench --bench hit_ratio           # rounds (default 3)
+//! HIT_RATIO_TRACE=shift,scan cargo bench --bench hit_ratio   # some traces only
 //! ```
 //!
 //! Each trace is replayed as a cache is used: `get`; on a miss, `put` with
@@ -286,7 +287,14 @@ fn main() {
     println!("| trace | capacity | cache | hit ratio | Mreq/s median | min | max |");
     println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
     let mut summary = Vec::new();
+    let only_trace = std::env::var("HIT_RATIO_TRACE").ok();
     for t in traces(requests) {
+        if only_trace
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|n| n == t.name))
+        {
+            continue;
+        }
         let mut row: Vec<Row> = Vec::new();
         // Each round replays the trace into new caches, the contenders
         // taking turns in a rotating order, so that a slow moment of the
