@@ -325,6 +325,23 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Joins `t`, a worker the test has told to stop, and returns what it
+/// returned (its panic goes on); fails the test, printing every thread's
+/// stack, if it has not ended within `limit`: a call stuck past its
+/// timeouts then names itself instead of hanging the test binary.
+pub fn join_within<T>(what: &str, t: std::thread::JoinHandle<T>, limit: Duration) -> T {
+    let t0 = Instant::now();
+    while !t.is_finished() {
+        assert!(
+            t0.elapsed() <= limit,
+            "{what}: still running {limit:?} after the stop\n{}",
+            stacks()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
 /// Runs `f` on a thread of its own and returns what it returns, or panics
 /// after [`PATIENCE`]: a call that would wait for ever fails the test
 /// instead of hanging it (the thread is left behind).

@@ -5,7 +5,7 @@
 //! API over the cluster.
 
 use crate::common::cluster::Cluster;
-use crate::common::{PATIENCE, eventually};
+use crate::common::{PATIENCE, eventually, join_within};
 use expiremap_redis::{Error, NearCache};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -287,8 +287,11 @@ fn a_slot_migrated_under_load_loses_no_write_and_serves_nothing_stale() {
     migrate(&c, slot, from, to);
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    let _errors = writer.join().expect("the writer");
-    let reads = reader.join().expect("the reader");
+    // After the stop the writer makes one acknowledged write of each key,
+    // each within PATIENCE; the reader ends its round of gets.
+    let limit = PATIENCE * (KEYS as u32 + 1);
+    let _errors = join_within("the writer", writer, limit);
+    let reads = join_within("the reader", reader, limit);
     assert!(reads > 0);
     // Every key is on the new node, with its last acknowledged value.
     assert_eq!(keys_on(&c, to, prefix).len() as u64, KEYS);
