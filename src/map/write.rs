@@ -284,9 +284,7 @@ where
             if !matches!(outcome, PutOutcome::Overwrote(_)) {
                 inner.leave_due(due.take());
             }
-            if !out.is_empty() {
-                inner.leave_all(&mut out, removed_at);
-            }
+            inner.leave_pushed(&mut out, removed_at);
             return Ok(match outcome {
                 PutOutcome::Refused if give_back => {
                     let (key, value) = kv.take().expect("a refused put gets its value back");

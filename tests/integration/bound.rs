@@ -232,3 +232,36 @@ fn concurrent_puts_keep_the_bound_and_every_value() {
         "every value exactly once"
     );
 }
+
+#[test]
+fn refusals_before_the_first_subscriber_are_counted_and_later_ones_published() {
+    // `u64` values run no code when dropped: with nobody subscribed yet a
+    // refused value is only counted; once a subscriber comes, each one is
+    // published as `Size`.
+    let clock = ManualClock::new();
+    let map: ExpireMap<u64, u64> = ExpireMap::builder()
+        .clock(clock)
+        .shards(1)
+        .max_entries(1)
+        .background_eviction(false)
+        .build();
+    map.put(0, 0, HOUR);
+    for _ in 0..3 {
+        map.get(&0); // held and asked for: every newcomer below is refused
+    }
+    for k in 1..=5 {
+        assert_eq!(map.put(k, k, HOUR), None);
+    }
+    assert_eq!(map.stats().size_evicted, 5);
+    assert_eq!(map.get(&0), Some(0));
+    let mut sub = map.subscribe().unwrap();
+    for k in 6..=8 {
+        map.put(k, k, HOUR);
+    }
+    assert_eq!(
+        drain(&mut sub),
+        vec![(6, Cause::Size), (7, Cause::Size), (8, Cause::Size)]
+    );
+    assert_eq!(map.stats().size_evicted, 8);
+    assert_eq!(map.get(&0), Some(0));
+}

@@ -59,6 +59,13 @@ where
         sender.subscribe()
     }
 
+    /// Whether a sender was ever created (a subscriber came): until then
+    /// no event can be published, and this is one load.
+    #[inline]
+    pub(in crate::map) fn created(&self) -> bool {
+        self.created.load(Ordering::Acquire)
+    }
+
     /// Events subscribers lost to lags so far (see [`Stats::events_lost`](crate::map::Stats::events_lost)).
     pub(in crate::map) fn lost(&self) -> u64 {
         if !self.created.load(Ordering::Acquire) {
@@ -213,6 +220,25 @@ where
         };
         let event = Event::new(old.key, old.value, cause, old.deadline, now);
         panics.run(move || s.send(event));
+    }
+
+    /// [`leave_all`](Self::leave_all), which first settles at once a put's
+    /// usual case: entries that left by the `Size` door (counted under the
+    /// shard's lock already), of types that run no code when dropped, in a
+    /// map that never had a subscriber. Nothing would publish or run for
+    /// them, so they are only forgotten (one load and no call; a full
+    /// bounded map refuses most new keys this way).
+    #[inline]
+    pub(in crate::map) fn leave_pushed(&self, out: &mut shard::Out<K, V>, now: impl RemovedAt) {
+        if out.is_empty() {
+            return;
+        }
+        let plain = !std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>();
+        if plain && out.all_size() && !self.events.created() {
+            out.forget();
+            return;
+        }
+        self.leave_all(out, now);
     }
 
     /// [`leave`](Self::leave) for each entry a put pushed out, which it

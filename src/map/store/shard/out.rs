@@ -78,6 +78,21 @@ impl<K, V> Out<K, V> {
         }
     }
 
+    /// Every entry pushed left by [`Door::Size`].
+    #[inline]
+    pub(crate) fn all_size(&self) -> bool {
+        self.first.as_ref().is_none_or(|r| r.door == Door::Size)
+            && self.rest.iter().all(|r| r.door == Door::Size)
+    }
+
+    /// Empties this, dropping the entries here: for entries whose drop
+    /// runs no code and which nobody is to be told of.
+    #[inline]
+    pub(crate) fn forget(&mut self) {
+        self.first = None;
+        self.rest.clear();
+    }
+
     /// Takes back the last entry pushed (no longer counted as pushed out).
     pub(crate) fn take_last(&mut self) -> Option<Removed<K, V>> {
         let last = self.rest.pop().or_else(|| self.first.take());
