@@ -398,9 +398,7 @@ where
                     self.set_due(j, shard.deadline_floor());
                     (room, now)
                 };
-                if !out.is_empty() {
-                    self.leave_all(&mut out, now);
-                }
+                self.leave_pushed(&mut out, now);
                 if room != Room::Short {
                     return room;
                 }

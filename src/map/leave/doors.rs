@@ -68,7 +68,7 @@ where
 
     /// Events subscribers lost to lags so far (see [`Stats::events_lost`](crate::map::Stats::events_lost)).
     pub(in crate::map) fn lost(&self) -> u64 {
-        if !self.created.load(Ordering::Acquire) {
+        if !self.created() {
             return 0;
         }
         sync::read_recursive(&self.sender)
@@ -82,7 +82,7 @@ where
     /// whose shutdown takes this slot's write lock on the same thread.
     #[inline]
     pub(in crate::map) fn live_sender(&self) -> Option<broadcast::Sender<Event<K, V>>> {
-        if !self.created.load(Ordering::Acquire) {
+        if !self.created() {
             return None;
         }
         sync::read_recursive(&self.sender)
@@ -226,7 +226,7 @@ where
     /// usual case: entries that left by the `Size` door (counted under the
     /// shard's lock already), of types that run no code when dropped, in a
     /// map that never had a subscriber. Nothing would publish or run for
-    /// them, so they are only forgotten (one load and no call; a full
+    /// them, so they are only dropped (one load and no call; a full
     /// bounded map refuses most new keys this way).
     #[inline]
     pub(in crate::map) fn leave_pushed(&self, out: &mut shard::Out<K, V>, now: impl RemovedAt) {
@@ -235,7 +235,7 @@ where
         }
         let plain = !std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>();
         if plain && out.all_size() && !self.events.created() {
-            out.forget();
+            out.clear();
             return;
         }
         self.leave_all(out, now);

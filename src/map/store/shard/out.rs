@@ -88,7 +88,7 @@ impl<K, V> Out<K, V> {
     /// Empties this, dropping the entries here: for entries whose drop
     /// runs no code and which nobody is to be told of.
     #[inline]
-    pub(crate) fn forget(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.first = None;
         self.rest.clear();
     }
